@@ -1,0 +1,100 @@
+"""pFedAvg: "FedAvg with local model personalization", the FedAvg + fine-tuning baseline of FRAug
+(Chen, Frikha, Krompass, Gu, Tresp, "FRAug: Tackling Federated Learning with Non-IID Features via
+Representation Augmentation", ICCV 2023; a row of its results tables).
+FedAvg itself is McMahan et al., AISTATS 2017 (Algorithm 1).
+
+FRAug does not say how the local personalization is done; this implementation makes the common choice of
+personalization by local fine-tuning (as in Wang et al. 2019, "Federated Evaluation of On-device
+Personalization", and the FedBABU evaluation protocol):
+
+- Federated training is exactly FedAvg (every key shared, cross-entropy, weighted averaging); what is
+  communicated and aggregated is never affected by the fine-tuning.
+- A client's deployed model is the current global model fine-tuned on that client's own *training* split for
+  `finetune_epochs` epochs of mini-batch SGD (the train config's optimizer, batch size, momentum, weight decay
+  and grad clipping; learning rate `finetune_lr`, default `train.lr`; `train.local_steps` is ignored here).
+- `finetune_part="all"` fine-tunes every parameter; `"head"` only the classifier head, the body's parameters
+  frozen. In both modes the model runs in train mode, so BatchNorm running statistics adapt to the client's
+  data (as in the FedBABU reference code, which fine-tunes with `model.train()`).
+- The fine-tune happens inside `evaluate`/`deploy_model`, on a scratch copy: the client state is not changed
+  and no fine-tuned weights persist to the next round (each evaluation re-personalizes the latest global
+  model). The fine-tune's data order is drawn from torch's global RNG, which the engine seeds per
+  (seed, round, client, "evaluate"), so the test and val evaluations of a round see the same deployed model.
+- `finetune_epochs=0` deploys the global model unchanged (plain FedAvg evaluation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+from torch import nn
+
+from fedhet.algorithms.base import Algorithm, ClientContext, ClientState
+from fedhet.algorithms.registry import register
+from fedhet.engine.local import TrainStats, train_local
+from fedhet.engine.messages import Message
+from fedhet.errors import ConfigError
+from fedhet.models import SplitModel
+
+FINETUNE_PARTS = ("all", "head")
+
+
+@contextmanager
+def frozen(params: Iterable[nn.Parameter]) -> Iterator[None]:
+    """Set requires_grad=False on the given parameters for the block, then restore their flags."""
+    saved = [(p, p.requires_grad) for p in params]
+    for p, _ in saved:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, flag in saved:
+            p.requires_grad_(flag)
+
+
+@register
+class PFedAvg(Algorithm):
+    """FedAvg training; each client deploys the global model fine-tuned on its own training data."""
+
+    name = "pfedavg"
+    personalized = True
+
+    @dataclass
+    class Params:
+        """finetune_epochs: local fine-tuning epochs at deployment (>= 0); finetune_part: all | head;
+        finetune_lr: fine-tuning learning rate (None: train.lr)."""
+
+        finetune_epochs: int = 1
+        finetune_part: str = "all"
+        finetune_lr: float | None = None
+
+        def validate(self) -> None:
+            if self.finetune_epochs < 0:
+                raise ConfigError(f"finetune_epochs must be >= 0, got {self.finetune_epochs}")
+            if self.finetune_part not in FINETUNE_PARTS:
+                raise ConfigError(f"finetune_part must be one of {', '.join(FINETUNE_PARTS)}, "
+                                  f"got {self.finetune_part!r}")
+            if self.finetune_lr is not None and not self.finetune_lr > 0:
+                raise ConfigError(f"finetune_lr must be > 0 (or null for train.lr), got {self.finetune_lr}")
+
+    _scratch: SplitModel | None = None  # reused buffer for deployed models (like the base's workspace)
+
+    def finetune(self, model: SplitModel, ctx: ClientContext) -> TrainStats:
+        """Fine-tune `model` in place on the client's training split (the personalization step)."""
+        p = self.params
+        cfg = replace(self.train_cfg, local_epochs=p.finetune_epochs, local_steps=None)
+        body = model.features.parameters() if p.finetune_part == "head" else ()
+        with frozen(body):
+            return train_local(model, ctx.data.train, cfg, ctx.device, lr=p.finetune_lr,
+                               loss_fn=lambda m, x, y: self.loss(m, x, y, ctx),
+                               where=f"{self.name} fine-tune client {ctx.client_id} round {ctx.round}")
+
+    def deploy_model(self, msg: Message, state: ClientState, ctx: ClientContext) -> nn.Module:
+        """The received model (+ local part) fine-tuned on a scratch copy; `state` is left untouched."""
+        if self._scratch is None:
+            self._scratch = self.new_model()
+        model = self.assemble(self._scratch, msg, state)  # loads every key, so nothing leaks between clients
+        if self.params.finetune_epochs > 0:
+            self.finetune(model, ctx)  # type: ignore[arg-type]
+        return model

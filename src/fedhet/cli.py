@@ -1,0 +1,156 @@
+"""The `fedhet` command: run | sweep | report | data | methods."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from fedhet.errors import FedhetError
+
+log = logging.getLogger("fedhet")
+
+
+def _config_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[str]]:
+    """The optional CONFIG positional may be omitted: a first positional with '=' is an override."""
+    if args.config is not None and "=" in args.config:
+        return None, [args.config, *args.overrides]
+    return args.config, list(args.overrides)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from fedhet.config import load_config
+    from fedhet.engine.loop import run_experiment
+
+    cfg = load_config(*_config_and_overrides(args))
+    if args.quiet:
+        cfg.run.quiet = True
+    result = run_experiment(cfg, args.run_dir, resume=args.resume, stop_after=args.stop_after,
+                            progress=not args.quiet)
+    _print_final(result.final)
+    print(f"results: {result.run_dir}")
+    return 0
+
+
+def _print_final(final: dict[str, dict[str, float]]) -> None:
+    if not final:
+        return
+    print(f"{'client':<16} {'accuracy':>9} {'bal.acc':>9} {'loss':>8}")
+    for name, m in final.items():
+        print(f"{name:<16} {100 * m['accuracy']:>8.2f}% {100 * m['balanced_accuracy']:>8.2f}% {m['loss']:>8.4f}")
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from fedhet.config import load_config
+    from fedhet.engine.sweep import plan_sweep, run_sweep
+    from fedhet.report import write_report
+
+    cfg = load_config(args.config, args.overrides)
+    if args.quiet:
+        cfg.run.quiet = True
+    methods = args.methods.split(",") if args.methods else None
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
+    datasets = args.datasets.split(",") if args.datasets else None
+    plan = plan_sweep(cfg, methods, seeds, datasets)
+    run_dirs = run_sweep(plan, progress=not args.quiet)
+    out = Path(args.report_dir) if args.report_dir else Path(cfg.run.out_dir) / cfg.name / "report"
+    paths = write_report(run_dirs, out)
+    print(paths.markdown.read_text())
+    print(f"report: {out}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from fedhet.report import write_report
+
+    paths = write_report([Path(p) for p in args.run_dirs], Path(args.out))
+    print(paths.markdown.read_text())
+    print(f"report: {args.out}")
+    return 0
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    from fedhet.config import load_config
+    from fedhet.data import build_federated_data, dataset_info, list_datasets
+
+    if args.action == "list":
+        for name in list_datasets():
+            info = dataset_info(name)
+            print(f"{name:<24} {info}")
+        return 0
+    cfg = load_config(*_config_and_overrides(args))
+    data = build_federated_data(cfg.data, cfg.seed)
+    print(data.describe())
+    if args.plot:
+        from fedhet.data.show import plot_partition
+
+        plot_partition(data, Path(args.plot))
+        print(f"plot: {args.plot}")
+    return 0
+
+
+def _cmd_methods(args: argparse.Namespace) -> int:
+    from fedhet.algorithms import ALGORITHMS
+
+    for name in ALGORITHMS.names():
+        cls = ALGORITHMS.get(name)
+        doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()[0]
+        print(f"{name:<14} {doc}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedhet", description="Federated learning under data heterogeneity.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run one experiment: fedhet run CONFIG [key=value ...]")
+    run.add_argument("config", nargs="?", help="YAML config (default: built-in defaults)")
+    run.add_argument("overrides", nargs="*", help="config overrides, e.g. method=fedbn train.lr=0.05")
+    run.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    run.add_argument("--run-dir", default=None, help="where to write results (default: runs/NAME/...)")
+    run.add_argument("--stop-after", type=int, default=None, help="stop (with a checkpoint) after this round")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(func=_cmd_run)
+
+    sweep = sub.add_parser("sweep", help="methods x seeds x datasets; finished runs are skipped")
+    sweep.add_argument("config")
+    sweep.add_argument("overrides", nargs="*")
+    sweep.add_argument("--methods", help="comma-separated (default: the config's sweep.methods)")
+    sweep.add_argument("--seeds", help="comma-separated (default: the config's sweep.seeds)")
+    sweep.add_argument("--datasets", help="comma-separated (default: the config's sweep.datasets)")
+    sweep.add_argument("--report-dir", default=None)
+    sweep.add_argument("-q", "--quiet", action="store_true")
+    sweep.set_defaults(func=_cmd_sweep)
+
+    report = sub.add_parser("report", help="paper-style table (Markdown, CSV) and learning curves")
+    report.add_argument("run_dirs", nargs="+", help="run directories or folders containing them")
+    report.add_argument("--out", default="report")
+    report.set_defaults(func=_cmd_report)
+
+    data = sub.add_parser("data", help="list datasets, or show a partition")
+    data.add_argument("action", choices=["list", "show"])
+    data.add_argument("config", nargs="?")
+    data.add_argument("overrides", nargs="*")
+    data.add_argument("--plot", default=None, help="write a PNG of the partition here")
+    data.set_defaults(func=_cmd_data)
+
+    methods = sub.add_parser("methods", help="list the registered methods")
+    methods.set_defaults(func=_cmd_methods)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except FedhetError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,309 @@
+"""Typed experiment configuration: YAML -> dataclasses, with nearest-key errors and `key=value` overrides.
+
+Every section is a dataclass with defaults; unknown keys raise a ConfigError naming the nearest valid key and
+bad values are rejected by `validate()` before any training starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, get_args, get_origin, get_type_hints
+
+import yaml
+
+from fedhet.errors import ConfigError, nearest
+
+T = TypeVar("T")
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+@dataclass
+class DataConfig:
+    """Which data, how it is split into clients, and how each client's data is split and transformed."""
+
+    dataset: str = "offline_digits"
+    root: str | None = None  # data root; default: $FEDHET_DATA
+    domains: list[str] | None = None  # subset of the dataset's domains (default: all)
+    partition: str = "domain"  # domain | dirichlet | pathological | quantity | iid
+    clients_per_domain: int = 1  # `domain` partition: split each domain IID into this many clients
+    num_clients: int = 4  # label-skew / iid / quantity partitions
+    alpha: float = 0.5  # Dirichlet concentration for label skew
+    classes_per_client: int = 2  # pathological partition
+    quantity_alpha: float = 1.0  # Dirichlet concentration over client sizes (quantity skew)
+    fraction: float = 1.0  # fraction of each client's training data kept (FRAug: 0.1, Digits 0.01)
+    min_train_per_client: int = 0  # lower bound on kept training samples after `fraction`
+    max_train_per_client: int | None = None  # cap on kept training samples per client (stratified)
+    val_fraction: float = 0.0  # share of each client's training pool held out for validation
+    test_fraction: float = 0.2  # share held out for test when the dataset has no official test split
+    max_test_per_client: int | None = None  # cap on each client's test split (None: all)
+    image_size: int | None = None  # resize side; None: the dataset's default
+    augment: bool = True  # train-time augmentation (FRAug appendix, Table 1)
+    input_noise_std: float = 0.0  # Gaussian noise added to training inputs (FRAug Table 6)
+    download: bool = False  # allow downloads (torchvision / HF hub) when a dataset is missing
+
+    def validate(self) -> None:
+        _check(0.0 < self.fraction <= 1.0, f"data.fraction must be in (0, 1], got {self.fraction}")
+        _check(self.alpha > 0, f"data.alpha must be > 0, got {self.alpha}")
+        _check(self.quantity_alpha > 0, f"data.quantity_alpha must be > 0, got {self.quantity_alpha}")
+        _check(self.clients_per_domain >= 1, "data.clients_per_domain must be >= 1")
+        _check(self.max_train_per_client is None or self.max_train_per_client >= 1,
+               "data.max_train_per_client must be >= 1")
+        _check(self.num_clients >= 1, "data.num_clients must be >= 1")
+        _check(self.classes_per_client >= 1, "data.classes_per_client must be >= 1")
+        _check(0.0 <= self.val_fraction < 1.0, f"data.val_fraction must be in [0, 1), got {self.val_fraction}")
+        _check(0.0 < self.test_fraction < 1.0, f"data.test_fraction must be in (0, 1), got {self.test_fraction}")
+        _check(self.input_noise_std >= 0, "data.input_noise_std must be >= 0")
+        _check(self.image_size is None or self.image_size >= 8, "data.image_size must be >= 8")
+
+    def resolved_root(self) -> Path | None:
+        """The data root: `root` if set, else $FEDHET_DATA, else None (only built-in data is available)."""
+        root = self.root or os.environ.get("FEDHET_DATA")
+        return Path(root).expanduser() if root else None
+
+
+@dataclass
+class ModelConfig:
+    """The network: a registry name plus constructor arguments."""
+
+    name: str = "small_cnn"
+    args: dict[str, Any] = field(default_factory=dict)
+    pretrained: bool = False
+
+
+@dataclass
+class TrainConfig:
+    """Local training on each client."""
+
+    local_epochs: int = 1
+    local_steps: int | None = None  # if set, overrides local_epochs: this many mini-batches per round
+    batch_size: int = 32
+    optimizer: str = "sgd"  # sgd | adam
+    lr: float = 0.01
+    momentum: float = 0.5
+    weight_decay: float = 0.0
+    grad_clip: float | None = None
+    persist_optimizer: bool = False  # keep local optimizer state (momentum) across rounds
+
+    def validate(self) -> None:
+        _check(self.lr > 0, f"train.lr must be > 0, got {self.lr}")
+        _check(self.local_epochs >= 1, f"train.local_epochs must be >= 1, got {self.local_epochs}")
+        _check(self.local_steps is None or self.local_steps >= 1, "train.local_steps must be >= 1")
+        _check(self.batch_size >= 1, f"train.batch_size must be >= 1, got {self.batch_size}")
+        _check(0.0 <= self.momentum < 1.0, f"train.momentum must be in [0, 1), got {self.momentum}")
+        _check(self.weight_decay >= 0, "train.weight_decay must be >= 0")
+        _check(self.optimizer in ("sgd", "adam"),
+               f"train.optimizer must be sgd or adam{nearest(self.optimizer, ['sgd', 'adam'])}")
+        _check(self.grad_clip is None or self.grad_clip > 0, "train.grad_clip must be > 0")
+
+
+@dataclass
+class ServerConfig:
+    """Client sampling and aggregation (FedAvg; FedAvgM / FedAdam via the server optimizer)."""
+
+    fraction_fit: float = 1.0  # fraction of clients sampled per round (seeded)
+    min_fit_clients: int = 1
+    aggregation: str = "weighted"  # weighted (by sample count) | uniform
+    optimizer: str = "sgd"  # server optimizer on the pseudo-gradient: sgd (FedAvg/FedAvgM) | adam (FedAdam)
+    lr: float = 1.0
+    momentum: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.99)
+    eps: float = 1e-3  # FedAdam's tau (Reddi et al. 2021)
+
+    def validate(self) -> None:
+        _check(0.0 < self.fraction_fit <= 1.0, f"server.fraction_fit must be in (0, 1], got {self.fraction_fit}")
+        _check(self.aggregation in ("weighted", "uniform"), "server.aggregation must be weighted or uniform")
+        _check(self.optimizer in ("sgd", "adam"), "server.optimizer must be sgd or adam")
+        _check(self.lr > 0, f"server.lr must be > 0, got {self.lr}")
+        _check(0.0 <= self.momentum < 1.0, "server.momentum must be in [0, 1)")
+        _check(self.min_fit_clients >= 1, "server.min_fit_clients must be >= 1")
+
+
+@dataclass
+class EvalConfig:
+    """When and on what the clients' deployed models are evaluated."""
+
+    every: int = 1
+    pooled_test: bool = False  # also evaluate on the union of all clients' test splits
+    val: bool = False  # also evaluate on the validation splits
+
+    def validate(self) -> None:
+        _check(self.every >= 1, f"eval.every must be >= 1, got {self.every}")
+
+
+@dataclass
+class RunConfig:
+    """Where results go and how the run is executed."""
+
+    out_dir: str = "runs"
+    checkpoint_every: int = 10
+    device: str = "auto"  # cpu | cuda | auto
+    runtime: str = "inprocess"
+    num_threads: int | None = None  # torch intra-op threads (None: torch default)
+    quiet: bool = False
+
+    def validate(self) -> None:
+        _check(self.checkpoint_every >= 1, "run.checkpoint_every must be >= 1")
+        _check(self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:"),
+               f"run.device must be cpu, cuda or auto, got '{self.device}'")
+
+
+@dataclass
+class ExperimentConfig:
+    """One experiment: a method on a dataset with a model, for `rounds` rounds from `seed`."""
+
+    name: str = "experiment"
+    method: str = "fedavg"
+    method_args: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    rounds: int = 50
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    sweep: dict[str, Any] = field(default_factory=dict)  # methods / seeds / datasets for `fedhet sweep`
+
+    def validate(self) -> None:
+        _check(self.rounds >= 1, f"rounds must be >= 1, got {self.rounds}")
+        _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        for section in (self.data, self.train, self.server, self.eval, self.run):
+            section.validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_plain(dataclasses.asdict(self))
+
+
+def _to_plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_to_plain(v) for v in obj]
+    return obj
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Convert a YAML value to the annotated type, or raise a ConfigError naming the key."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return from_dict(tp, value, where)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        args = get_args(tp)
+        item_t = args[0] if args else Any
+        items = [_coerce(v, item_t, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads '1e-3' (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
+    """Build dataclass `cls` from a mapping; unknown keys raise a ConfigError naming the nearest valid key."""
+    hints = get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    kwargs = {}
+    for key, value in data.items():
+        full = f"{where}.{key}" if where else str(key)
+        if key not in names:
+            raise ConfigError(
+                f"unknown config key '{full}'{nearest(str(key), names)}; valid keys here: {', '.join(names)}")
+        kwargs[key] = _coerce(value, hints[key], full)
+    return cls(**kwargs)
+
+
+def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set tree['a']['b'] = value for dotted key 'a.b', creating mappings on the way."""
+    keys = dotted.split(".")
+    node = tree
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override '{dotted}': '{key}' is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
+    """Parse `key=value` strings; values are read as YAML scalars (so `lr=0.1` is a float)."""
+    parsed = []
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not of the form key=value (e.g. train.lr=0.05)")
+        key, raw = item.split("=", 1)
+        parsed.append((key.strip(), yaml.safe_load(raw) if raw != "" else None))
+    return parsed
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                base: dict[str, Any] | None = None) -> ExperimentConfig:
+    """Read a YAML config (or start from `base`), apply overrides, validate and return it."""
+    tree: dict[str, Any] = dict(base or {})
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file '{path}' not found; see configs/ for examples")
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config file '{path}' is not valid YAML: {err}") from err
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file '{path}' must hold a mapping at the top level")
+        tree.update(loaded)
+    for key, value in parse_overrides(overrides or []):
+        set_path(tree, key, value)
+    cfg = from_dict(ExperimentConfig, tree)
+    cfg.validate()
+    return cfg

@@ -1,0 +1,149 @@
+"""The registry of domain datasets: each maps domain name -> (train arrays, optional official test arrays)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from fedhet.errors import ConfigError, unknown_choice
+from fedhet.registry import Registry
+
+# Modules whose import registers datasets (imported lazily to avoid import cycles).
+_LOADER_MODULES = ("digits", "offline_digits", "images", "features")
+
+
+@dataclass
+class DomainData:
+    """One domain in memory: images as uint8 NxCxHxW, features as float32 NxD; labels int64."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor | None = None  # the official test split, when the source has one
+    y_test: torch.Tensor | None = None
+    generated: bool = False  # synthesised here rather than read from disk
+    note: str = ""  # where the data came from (file path or generator)
+
+    def __post_init__(self) -> None:
+        if len(self.x_train) != len(self.y_train):
+            raise ValueError("x_train and y_train differ in length")
+        if (self.x_test is None) != (self.y_test is None):
+            raise ValueError("x_test and y_test must both be given or both be None")
+
+    @property
+    def has_test(self) -> bool:
+        return self.x_test is not None
+
+
+@dataclass(frozen=True)
+class LoadContext:
+    """What a loader needs besides the domain name."""
+
+    root: Path | None
+    image_size: int
+    download: bool = False
+
+
+Loader = Callable[[LoadContext, str], DomainData]
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A registered domain dataset: its domains, classes, modality and how to load one domain."""
+
+    name: str
+    domains: tuple[str, ...]
+    classes: tuple[str, ...]
+    modality: str  # "image" | "features"
+    loader: Loader
+    source: str  # citation and official URL
+    layout: str  # where the files go under the data root
+    default_image_size: int | None = None  # images only
+    hflip: bool = True  # horizontal flips are label-preserving (False for digits)
+    feature_norm: str = "none"  # features only: "log_l2" | "impute_standardize" | "none"
+    feature_dim: int | None = None
+    builtin: bool = False  # needs no files on disk
+    generated_domains: tuple[str, ...] = field(default=())  # domains that may be synthesised when absent
+
+
+DATASETS: Registry[DatasetSpec] = Registry("dataset")
+
+
+def register_dataset(spec: DatasetSpec) -> DatasetSpec:
+    """Add a dataset spec to the registry."""
+    DATASETS.register(spec.name)(spec)
+    return spec
+
+
+def _ensure_loaded() -> None:
+    for mod in _LOADER_MODULES:
+        importlib.import_module(f"fedhet.data.{mod}")
+
+
+def get_spec(name: str) -> DatasetSpec:
+    """The spec of dataset `name`; unknown names raise a ConfigError naming the nearest one."""
+    _ensure_loaded()
+    return DATASETS.get(name)
+
+
+def list_datasets() -> list[str]:
+    """Names of all registered datasets."""
+    _ensure_loaded()
+    return DATASETS.names()
+
+
+def resolve_domains(spec: DatasetSpec, domains: list[str] | None) -> list[str]:
+    """The requested domains in the given order (default: all); unknown names raise a ConfigError."""
+    if domains is None:
+        return list(spec.domains)
+    if not domains:
+        raise ConfigError(f"data.domains is empty; valid domains of '{spec.name}': {', '.join(spec.domains)}")
+    for d in domains:
+        if d not in spec.domains:
+            raise unknown_choice(f"domain of dataset '{spec.name}'", d, spec.domains)
+    if len(set(domains)) != len(domains):
+        raise ConfigError(f"data.domains lists a domain twice: {domains}")
+    return list(domains)
+
+
+def load_domains(spec: DatasetSpec, domains: list[str], ctx: LoadContext) -> dict[str, DomainData]:
+    """Load each requested domain with the spec's loader."""
+    return {d: spec.loader(ctx, d) for d in domains}
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What `dataset_info` returns: enough to decide whether and how to use a dataset."""
+
+    name: str
+    domains: tuple[str, ...]
+    classes: tuple[str, ...]
+    modality: str
+    default_image_size: int | None
+    source: str
+    layout: str
+    builtin: bool
+    generated_domains: tuple[str, ...]
+
+    def __str__(self) -> str:
+        lines = [
+            f"dataset: {self.name} ({self.modality}{', built in' if self.builtin else ''})",
+            f"domains: {', '.join(self.domains)}",
+            f"classes ({len(self.classes)}): {', '.join(self.classes)}",
+        ]
+        if self.default_image_size:
+            lines.append(f"default image size: {self.default_image_size}")
+        if self.generated_domains:
+            lines.append(f"generated when absent on disk: {', '.join(self.generated_domains)}")
+        lines += [f"source: {self.source}", f"layout: {self.layout}"]
+        return "\n".join(lines)
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    """Domains, classes, default image size, source and on-disk layout of dataset `name`."""
+    s = get_spec(name)
+    return DatasetInfo(s.name, s.domains, s.classes, s.modality, s.default_image_size, s.source, s.layout,
+                       s.builtin, s.generated_domains)

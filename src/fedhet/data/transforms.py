@@ -1,0 +1,130 @@
+"""Per-sample transforms on in-memory tensors (FRAug appendix recipe for images; normalisers for features).
+
+Images are uint8 CxHxW tensors transformed with torchvision.transforms.v2 (no PIL round trip):
+- train: RandomResizedCrop(size, scale=(0.6, 1.0)), RandomHorizontalFlip(0.5; 0 for digit datasets, where a
+  flip changes the digit), ColorJitter(0.3, 0.3, 0.3, 0.3), RandomGrayscale(0.1), ImageNet normalisation;
+- eval: Resize((size, size)) and ImageNet normalisation.
+Training inputs get N(0, sigma^2) noise after normalisation when input_noise_std > 0 (FRAug Table 6).
+Randomness comes from torch's global RNG, which the engine seeds per client and round.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torchvision.transforms import v2
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+Transform = Callable[[torch.Tensor], torch.Tensor]
+
+
+class AddGaussianNoise:
+    """x + N(0, std^2) noise (torch's global RNG)."""
+
+    def __init__(self, std: float) -> None:
+        self.std = std
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.std * torch.randn_like(x)
+
+    def __repr__(self) -> str:
+        return f"AddGaussianNoise(std={self.std})"
+
+
+def image_transforms(size: int, augment: bool, hflip: bool,
+                     input_noise_std: float = 0.0) -> tuple[Transform, Transform]:
+    """(train, eval) transforms for uint8 CxHxW images -> float32 3 x size x size."""
+    to_float = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    eval_t = v2.Compose([v2.Resize((size, size), antialias=True), *to_float])
+    if augment:
+        steps: list[Callable] = [v2.RandomResizedCrop(size, scale=(0.6, 1.0), antialias=True)]
+        if hflip:
+            steps.append(v2.RandomHorizontalFlip(p=0.5))
+        steps += [v2.ColorJitter(0.3, 0.3, 0.3, 0.3), v2.RandomGrayscale(p=0.1), *to_float]
+    else:
+        steps = [v2.Resize((size, size), antialias=True), *to_float]
+    if input_noise_std > 0:
+        steps.append(AddGaussianNoise(input_noise_std))
+    return v2.Compose(steps), eval_t
+
+
+class LogL2Normalize:
+    """Bag-of-words histograms: log1p(counts), then scale each sample to L2 norm sqrt(D) (unit RMS per entry).
+
+    log1p tames the heavy-tailed counts; the per-sample L2 step removes the dependence on how many
+    keypoints an image has; the sqrt(D) factor keeps entries O(1) for an MLP. It needs no statistics, so no
+    client shares anything and train/val/test are treated alike.
+    """
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.log1p(x.float().clamp_min(0))
+        return x * (math.sqrt(x.numel()) / x.norm().clamp_min(1e-8))
+
+    def __repr__(self) -> str:
+        return "LogL2Normalize()"
+
+
+class ImputeStandardize:
+    """Replace NaN by the fitted mean, then (x - mean) / std, with statistics from one client's training split."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        self.mean, self.std = mean.float(), std.float()
+
+    @classmethod
+    def fit(cls, x: torch.Tensor) -> ImputeStandardize:
+        """Per-feature nan-mean and nan-std of x (N x D); all-missing features get mean 0, constant ones std 1."""
+        x = x.float()
+        valid = ~torch.isnan(x)
+        count = valid.sum(0).clamp_min(1)
+        mean = torch.where(valid, x, 0.0).sum(0) / count
+        var = torch.where(valid, (x - mean) ** 2, 0.0).sum(0) / count
+        std = var.sqrt()
+        return cls(mean, torch.where(std > 1e-6, std, torch.ones_like(std)))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.where(torch.isnan(x), self.mean, x.float())
+        return (x - self.mean) / self.std
+
+    def __repr__(self) -> str:
+        return f"ImputeStandardize(dim={self.mean.numel()})"
+
+
+class ToFloat:
+    """Cast to float32."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x.float()
+
+    def __repr__(self) -> str:
+        return "ToFloat()"
+
+
+class Compose:
+    """Apply transforms in order."""
+
+    def __init__(self, *steps: Transform) -> None:
+        self.steps = steps
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        for s in self.steps:
+            x = s(x)
+        return x
+
+
+def feature_transforms(norm: str, train_x: torch.Tensor,
+                       input_noise_std: float = 0.0) -> tuple[Transform, Transform]:
+    """(train, eval) transforms for feature vectors; `train_x` is the client's training features (for fitting)."""
+    if norm == "log_l2":
+        base: Transform = LogL2Normalize()
+    elif norm == "impute_standardize":
+        base = ImputeStandardize.fit(train_x)
+    elif norm == "none":
+        base = ToFloat()
+    else:
+        raise ValueError(f"unknown feature normalisation '{norm}'")
+    train = Compose(base, AddGaussianNoise(input_noise_std)) if input_noise_std > 0 else base
+    return train, base

@@ -1,0 +1,1 @@
+"""The round loop's building blocks: messages, seeding, parameter selection, local training, aggregation."""

@@ -1,0 +1,79 @@
+"""Build an experiment from a config: data, model factory and algorithm, ready for any runtime."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from fedhet.algorithms import ALGORITHMS, Algorithm, ClientContext
+from fedhet.config import ExperimentConfig, from_dict
+from fedhet.data import ClientData, FederatedData, build_federated_data
+from fedhet.engine.seeding import seeded
+from fedhet.errors import ConfigError
+from fedhet.models import SplitModel, build_model
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` -> cuda when available, else cpu; `cuda` without a GPU is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("run.device is 'cuda' but no CUDA device is available; use run.device=cpu or auto")
+    return torch.device(name)
+
+
+@dataclass
+class Experiment:
+    """Everything a runtime needs: config, data, device and the algorithm instance."""
+
+    config: ExperimentConfig
+    data: FederatedData
+    device: torch.device
+    algorithm: Algorithm
+    model_fn: Callable[[], SplitModel]
+
+    def context(self, client_id: int, rnd: int, data: ClientData | None = None) -> ClientContext:
+        return ClientContext(client_id=client_id, round=rnd,
+                             data=data if data is not None else self.data.clients[client_id],
+                             device=self.device, num_classes=self.data.num_classes,
+                             extra={"rounds": self.config.rounds, "seed": self.config.seed})
+
+
+def make_model_fn(cfg: ExperimentConfig, data: FederatedData) -> Callable[[], SplitModel]:
+    """A factory for the initial model; seeded, so every call (and every process) builds the same weights."""
+
+    def model_fn() -> SplitModel:
+        with seeded(cfg.seed, "model-init"):
+            return build_model(cfg.model.name, data.num_classes, data.input_shape,
+                               pretrained=cfg.model.pretrained, **cfg.model.args)
+
+    return model_fn
+
+
+def build_algorithm(cfg: ExperimentConfig, data: FederatedData, device: torch.device,
+                    model_fn: Callable[[], SplitModel]) -> Algorithm:
+    """Instantiate the configured method with its validated `method_args`."""
+    cls = ALGORITHMS.get(cfg.method)
+    params = from_dict(cls.Params, cfg.method_args, "method_args")
+    if hasattr(params, "validate"):
+        params.validate()
+    return cls(params, model_fn, cfg.train, cfg.server, data.num_classes, device)
+
+
+def build_experiment(cfg: ExperimentConfig) -> Experiment:
+    """Check names first (cheap), then load data, then build the model and algorithm."""
+    ALGORITHMS.get(cfg.method)  # unknown method -> error before any data is loaded
+    if cfg.run.num_threads:
+        torch.set_num_threads(cfg.run.num_threads)
+    device = resolve_device(cfg.run.device)
+    data = build_federated_data(cfg.data, cfg.seed)
+    model_fn = make_model_fn(cfg, data)
+    algorithm = build_algorithm(cfg, data, device, model_fn)
+    log.info("built %s on %s: %d clients, %d classes, device %s", cfg.method, cfg.data.dataset,
+             len(data.clients), data.num_classes, device)
+    return Experiment(cfg, data, device, algorithm, model_fn)

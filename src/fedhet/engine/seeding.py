@@ -1,0 +1,52 @@
+"""Every random choice derives from (run seed, round, client, purpose): `derive_seed` and `seeded`."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+
+def derive_seed(seed: int, *keys: int | str) -> int:
+    """A 63-bit seed from the run seed and any keys (round, client id, purpose); stable across processes."""
+    text = ":".join(str(k) for k in (seed, *keys))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") & ((1 << 63) - 1)
+
+
+def numpy_rng(seed: int, *keys: int | str) -> np.random.Generator:
+    """A numpy Generator for (seed, *keys)."""
+    return np.random.default_rng(derive_seed(seed, *keys))
+
+
+def torch_generator(seed: int, *keys: int | str) -> torch.Generator:
+    """A CPU torch.Generator for (seed, *keys), e.g. for DataLoader shuffling."""
+    gen = torch.Generator()
+    gen.manual_seed(derive_seed(seed, *keys))
+    return gen
+
+
+@contextmanager
+def seeded(seed: int, *keys: int | str) -> Iterator[None]:
+    """Seed torch / numpy / random global RNGs from (seed, *keys) for the block, then restore them.
+
+    Restoring keeps one client's randomness from leaking into the next, so a round's result does not
+    depend on the order in which clients run (or on which runtime runs them).
+    """
+    state = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    value = derive_seed(seed, *keys)
+    torch.manual_seed(value)
+    np.random.seed(value % (2**32))
+    random.seed(value)
+    try:
+        yield
+    finally:
+        torch.set_rng_state(state[0])
+        np.random.set_state(state[1])
+        random.setstate(state[2])
+        if cuda_state is not None:
+            torch.cuda.set_rng_state_all(cuda_state)

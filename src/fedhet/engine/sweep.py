@@ -1,0 +1,84 @@
+"""Sweeps: methods x seeds x datasets from one config; finished runs are skipped, interrupted ones resumed."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from fedhet.config import ExperimentConfig, from_dict
+from fedhet.engine.loop import run_dir_for, run_experiment
+from fedhet.engine.rundir import RunDirectory
+from fedhet.errors import ConfigError, nearest
+
+log = logging.getLogger(__name__)
+
+SWEEP_KEYS = ("methods", "seeds", "datasets", "overrides")
+
+
+@dataclass
+class SweepPlan:
+    """The configs of a sweep, in run order."""
+
+    configs: list[ExperimentConfig]
+
+    def run_dirs(self) -> list[Path]:
+        return [run_dir_for(c) for c in self.configs]
+
+
+def plan_sweep(cfg: ExperimentConfig, methods: list[str] | None = None, seeds: list[int] | None = None,
+               datasets: list[str] | None = None) -> SweepPlan:
+    """Expand `cfg.sweep` (methods, seeds, datasets, per-method `overrides`) into one config per run.
+
+    `overrides` maps a method name to a nested dict merged into that method's config (e.g. its
+    `method_args` or `train` settings), so each method keeps its own tuned hyperparameters.
+    """
+    spec = dict(cfg.sweep)
+    for key in spec:
+        if key not in SWEEP_KEYS:
+            raise ConfigError(f"unknown sweep key '{key}'{nearest(key, SWEEP_KEYS)}; valid: {', '.join(SWEEP_KEYS)}")
+    methods = methods or spec.get("methods") or [cfg.method]
+    seeds = seeds if seeds is not None else spec.get("seeds") or [cfg.seed]
+    datasets = datasets or spec.get("datasets") or [cfg.data.dataset]
+    overrides: dict[str, Any] = spec.get("overrides") or {}
+    base = cfg.to_dict()
+    base["sweep"] = {}
+    configs = []
+    for dataset, method, seed in itertools.product(datasets, methods, seeds):
+        tree = copy.deepcopy(base)
+        tree.update(method=method, seed=int(seed))
+        tree["data"]["dataset"] = dataset
+        _merge(tree, overrides.get(method, {}))
+        one = from_dict(ExperimentConfig, tree)
+        one.validate()
+        configs.append(one)
+    return SweepPlan(configs)
+
+
+def _merge(tree: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(tree.get(key), dict):
+            _merge(tree[key], value)
+        else:
+            tree[key] = value
+
+
+def run_sweep(plan: SweepPlan, progress: bool = True) -> list[Path]:
+    """Run every config of the plan; skip finished runs and resume interrupted ones."""
+    done = []
+    bar = tqdm(plan.configs, desc="sweep", unit="run", disable=not progress, position=0)
+    for cfg in bar:
+        run_dir = run_dir_for(cfg)
+        bar.set_postfix_str(f"{cfg.method} {cfg.data.dataset} seed {cfg.seed}")
+        if RunDirectory(run_dir).is_finished():
+            log.info("skipping finished run %s", run_dir)
+        else:
+            resume = RunDirectory(run_dir).latest_checkpoint.is_file()
+            run_experiment(cfg, run_dir, resume=resume, progress=progress)
+        done.append(run_dir)
+    return done

@@ -1,0 +1,120 @@
+"""The `SplitModel` contract, the model registry and `build_model`.
+
+Every network is split into a feature extractor `features: x -> u (B, feature_dim)` and a classifier
+`head: u -> logits (B, num_classes)`, as used by feature-level methods (FedBN, FedRep, FRAug, ...).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedhet.errors import ConfigError, nearest
+from fedhet.registry import Registry
+
+NORMS = ("bn", "none")
+
+ModelFactory = Callable[..., "SplitModel"]
+MODELS: Registry[ModelFactory] = Registry("model")
+
+
+class SplitModel(nn.Module):
+    """features: x -> u (B, feature_dim); head: u -> logits (B, num_classes); forward = head(features(x))."""
+
+    features: nn.Module
+    head: nn.Module
+    feature_dim: int
+    num_classes: int
+
+    def __init__(self, features: nn.Module, head: nn.Module, feature_dim: int, num_classes: int) -> None:
+        super().__init__()
+        self.features = features
+        self.head = head
+        self.feature_dim = int(feature_dim)
+        self.num_classes = int(num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+    def extra_repr(self) -> str:
+        return f"feature_dim={self.feature_dim}, num_classes={self.num_classes}"
+
+
+def register_model(name: str) -> Callable[[ModelFactory], ModelFactory]:
+    """Register a factory `f(num_classes, input_shape, pretrained, **args) -> SplitModel` under `name`."""
+    return MODELS.register(name)
+
+
+def list_models() -> list[str]:
+    """The registered model names, sorted."""
+    return MODELS.names()
+
+
+def _model_args(factory: ModelFactory) -> dict[str, Any]:
+    """The keyword-only arguments of a factory and their defaults."""
+    sig = inspect.signature(factory)
+    return {p.name: p.default for p in sig.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def model_args(name: str) -> dict[str, Any]:
+    """The extra arguments model `name` accepts, with their defaults."""
+    return _model_args(MODELS.get(name))
+
+
+def build_model(
+    name: str, num_classes: int, input_shape: tuple[int, ...], pretrained: bool = False, **args: Any
+) -> SplitModel:
+    """Build registered model `name`; unknown names or arguments raise a ConfigError naming valid ones."""
+    factory = MODELS.get(name)
+    valid = _model_args(factory)
+    for key in args:
+        if key not in valid:
+            choices = ", ".join(sorted(valid)) or "(none)"
+            hint = nearest(key, valid)
+            raise ConfigError(f"model '{name}' got unexpected argument '{key}'{hint}; valid arguments: {choices}")
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise ConfigError(f"model '{name}': num_classes must be a positive integer, got {num_classes!r}")
+    shape = tuple(input_shape)
+    if not shape or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in shape):
+        raise ConfigError(f"model '{name}': input_shape must be positive integers, got {input_shape!r}")
+    model = factory(num_classes, shape, bool(pretrained), **args)
+    if not isinstance(model, SplitModel):  # pragma: no cover - guards new registrations
+        raise TypeError(f"model factory '{name}' returned {type(model).__name__}, not SplitModel")
+    return model
+
+
+def check_norm(model: str, norm: str) -> None:
+    """Raise a ConfigError unless `norm` is one of NORMS."""
+    if norm not in NORMS:
+        raise ConfigError(f"model '{model}': norm must be one of {', '.join(NORMS)}, got {norm!r}")
+
+
+def check_image_shape(model: str, input_shape: Sequence[int], min_side: int = 1) -> tuple[int, int, int]:
+    """Validate a (C, H, W) image shape and return it."""
+    if len(input_shape) != 3:
+        raise ConfigError(f"model '{model}' needs an image input_shape (C, H, W), got {tuple(input_shape)}")
+    c, h, w = (int(s) for s in input_shape)
+    if h < min_side or w < min_side:
+        raise ConfigError(f"model '{model}' needs inputs of at least {min_side}x{min_side}, got {h}x{w}")
+    return c, h, w
+
+
+def no_pretrained(model: str, pretrained: bool) -> None:
+    """Raise a ConfigError when pretrained weights are asked of a model that has none."""
+    if pretrained:
+        withw = ", ".join(n for n in ("efficientnet_lite0", "resnet18") if n in MODELS)
+        raise ConfigError(f"model '{model}' has no pretrained weights; models with weights: {withw}")
+
+
+def norm2d(norm: str, channels: int) -> nn.Module:
+    """BatchNorm2d for 'bn', Identity for 'none'."""
+    return nn.BatchNorm2d(channels) if norm == "bn" else nn.Identity()
+
+
+def norm1d(norm: str, features: int) -> nn.Module:
+    """BatchNorm1d for 'bn', Identity for 'none'."""
+    return nn.BatchNorm1d(features) if norm == "bn" else nn.Identity()

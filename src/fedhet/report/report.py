@@ -1,0 +1,79 @@
+"""`write_report`: tables (Markdown + CSV) and learning curves for a set of run directories."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from fedhet.report._io import atomic_write_text
+from fedhet.report.plot import plot_curves
+from fedhet.report.runs import RunRecord, load_runs
+from fedhet.report.table import Reference, make_table, to_csv, to_markdown
+
+
+class ReportPaths(NamedTuple):
+    """The files `write_report` wrote."""
+
+    markdown: Path
+    csv: Path
+    curves: Path
+
+
+def _runs_section(runs: Sequence[RunRecord], out_dir: Path) -> str:
+    lines = [
+        "## Runs\n",
+        "| run | dataset | method | seed | rounds | wall time (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        done = "?" if r.rounds_completed is None else str(r.rounds_completed)
+        planned = f"/{r.rounds}" if r.rounds is not None else ""
+        flag = " (incomplete)" if r.rounds is not None and r.rounds_completed not in (None, r.rounds) else ""
+        wall = "" if r.wall_time_s is None else f"{r.wall_time_s:.1f}"
+        try:
+            where = os.path.relpath(r.path, out_dir)
+        except ValueError:  # different drive (Windows)
+            where = str(r.path)
+        lines.append(f"| `{where}` | {r.dataset} | {r.method} | {r.seed} | {done}{planned}{flag} | {wall} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(
+    run_dirs: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str],
+    metrics: Sequence[str] = ("accuracy", "balanced_accuracy"),
+    reference: Reference | None = None,
+    by: str = "method",
+    reference_dataset: str | None = None,
+) -> ReportPaths:
+    """Write report.md, report.csv and curves.png to `out_dir` for the given runs.
+
+    `run_dirs` are run directories or parents searched recursively for summary.json. The Markdown has one
+    table per dataset and metric (`reference`, in paper units, is added to the first metric's tables,
+    see `make_table`), the
+    curves of the "avg" test accuracy, and the list of runs. The CSV has every metric in long format.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = load_runs(run_dirs)
+    tables = [
+        make_table(runs, m, reference if i == 0 else None, by=by, reference_dataset=reference_dataset)
+        for i, m in enumerate(metrics)
+    ]
+    curves = plot_curves(runs, out / "curves.png", metric="accuracy", by=by)
+    n_sets = len({(r.dataset, r.method) for r in runs})
+    md = [
+        "# fedhet report\n",
+        f"{len(runs)} runs, {n_sets} (dataset, method) groups.\n",
+        "## Final metrics\n",
+        *(to_markdown(t) for t in tables),
+        "## Learning curves\n",
+        "Average test accuracy over clients vs round; line = mean over seeds, band = ± sample std.\n",
+        f"![learning curves]({curves.name})\n",
+        _runs_section(runs, out),
+    ]
+    markdown = atomic_write_text(out / "report.md", "\n".join(md))
+    csv_path = to_csv(tables, out / "report.csv")
+    return ReportPaths(markdown, csv_path, curves)

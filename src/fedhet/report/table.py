@@ -1,0 +1,238 @@
+"""Result tables: final metrics per client (+ "avg") x method, mean ± std over seeds, one table per dataset."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fedhet.errors import FedhetError
+from fedhet.report._io import atomic_write_text
+from fedhet.report.runs import RunRecord
+
+AVG = "avg"
+LOWER_IS_BETTER = ("loss",)
+
+Reference = Mapping[str, Mapping[str, "Sequence[float | None] | float"]]
+
+
+def is_percent(metric: str) -> bool:
+    """Accuracy-like metrics (stored as fractions in [0, 1]) are shown in %."""
+    return metric.endswith("accuracy")
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1); std is NaN for a single value."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    mean = math.fsum(values) / n
+    if n == 1:
+        return mean, math.nan
+    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Summary of one (client, method) entry: mean and sample std over seeds, in the metric's raw unit."""
+
+    mean: float
+    std: float
+    n: int
+    seeds: tuple[int, ...] = ()
+    reference: bool = False  # a value copied from a paper, not measured here
+
+
+@dataclass
+class DatasetTable:
+    """One dataset's table: rows = clients then "avg", columns = methods (then paper columns)."""
+
+    dataset: str
+    rows: list[str]
+    columns: list[str]
+    cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
+
+    def best(self, row: str, lower_is_better: bool = False) -> set[str]:
+        """Measured columns holding the best mean of `row` (ties all win); empty with fewer than 2 values."""
+        cand = {
+            c: cell.mean
+            for c in self.columns
+            if (cell := self.cells.get((row, c))) is not None and not cell.reference and not math.isnan(cell.mean)
+        }
+        if len(cand) < 2:
+            return set()
+        target = (min if lower_is_better else max)(cand.values())
+        return {c for c, m in cand.items() if m == target}
+
+
+@dataclass
+class Table:
+    """Tables for one metric, one per dataset, in order of first appearance."""
+
+    metric: str
+    datasets: list[DatasetTable]
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.metric in LOWER_IS_BETTER
+
+    @property
+    def percent(self) -> bool:
+        return is_percent(self.metric)
+
+
+def _paper_column(method: str) -> str:
+    return f"{method} (paper)"
+
+
+def make_table(
+    runs: Sequence[RunRecord],
+    metric: str = "accuracy",
+    reference: Reference | None = None,
+    by: str = "method",
+    reference_dataset: str | None = None,
+) -> Table:
+    """Group runs by (dataset, method) and summarise each client's final `metric` over seeds.
+
+    Cells hold the mean and the *sample* standard deviation (ddof=1, NaN when n=1) over the runs (seeds) of a
+    group, with n. Rows are clients in order of first appearance, then "avg"; columns are methods in order of
+    first appearance. `by="name"` groups by the config's `name` instead of `method` (e.g. to tell apart
+    variants of one method). `reference` adds published numbers: {client: {method: (mean, std) or mean}},
+    given as printed in papers (i.e. in % for accuracy metrics); each becomes a column "<method> (paper)"
+    next to the measured one and takes part in no "best" comparison. It is added to every dataset's table, or
+    only to `reference_dataset`'s when that is given.
+    """
+    if by not in ("method", "name"):
+        raise FedhetError(f"make_table: by must be 'method' or 'name', got {by!r}")
+    if not runs:
+        raise FedhetError("make_table: no runs given")
+    groups: dict[str, dict[str, list[RunRecord]]] = {}
+    for run in runs:
+        label = run.method if by == "method" else (run.name or run.method)
+        groups.setdefault(run.dataset, {}).setdefault(label, []).append(run)
+
+    scale = 100.0 if is_percent(metric) else 1.0
+    tables: list[DatasetTable] = []
+    for dataset, methods in groups.items():
+        rows = list(dict.fromkeys(c for g in methods.values() for r in g for c in r.final if c != AVG))
+        cells: dict[tuple[str, str], Cell] = {}
+        for method, group in methods.items():
+            seeds = [r.seed for r in group]
+            if len(set(seeds)) < len(seeds):
+                warnings.warn(
+                    f"{dataset}/{method}: several runs share a seed ({sorted(seeds)}); all are averaged",
+                    stacklevel=2,
+                )
+            for client in [*rows, AVG]:
+                have = [(r.seed, r.final[client][metric]) for r in group if metric in r.final.get(client, {})]
+                have = [(s, v) for s, v in have if not math.isnan(v)]
+                if have:
+                    mean, std = mean_std([v for _, v in have])
+                    cells[(client, method)] = Cell(mean, std, len(have), tuple(s for s, _ in have))
+        if any((AVG, m) in cells for m in methods):
+            rows.append(AVG)
+        columns = list(methods)
+        if reference and reference_dataset in (None, dataset):
+            for ref_method in dict.fromkeys(m for per in reference.values() for m in per):
+                col = _paper_column(ref_method)
+                pos = columns.index(ref_method) + 1 if ref_method in columns else len(columns)
+                columns.insert(pos, col)
+                for client, per in reference.items():
+                    if client in rows and ref_method in per:
+                        val = per[ref_method]
+                        mean, std = val if isinstance(val, (tuple, list)) else (val, None)
+                        cells[(client, col)] = Cell(
+                            float(mean) / scale,
+                            math.nan if std is None else float(std) / scale,
+                            0,
+                            reference=True,
+                        )
+        tables.append(DatasetTable(dataset, rows, columns, cells))
+    return Table(metric, tables)
+
+
+def format_cell(cell: Cell | None, percent: bool, digits: int = 2) -> str:
+    """'85.23 ± 1.20'; '85.23' when std is undefined (n=1 or no paper std); '–' for a missing cell."""
+    if cell is None:
+        return "–"
+    s = 100.0 if percent else 1.0
+    text = f"{cell.mean * s:.{digits}f}"
+    if not math.isnan(cell.std):
+        text += f" ± {cell.std * s:.{digits}f}"
+    return text
+
+
+def to_markdown(table: Table, digits: int = 2) -> str:
+    """Markdown: one section per dataset; bold marks the best mean of each row."""
+    unit = " (%)" if table.percent else ""
+    out: list[str] = []
+    for t in table.datasets:
+        out.append(f"### {t.dataset}: {table.metric}{unit}\n")
+        out.append("| client | " + " | ".join(t.columns) + " |")
+        out.append("|---|" + "---|" * len(t.columns))
+        for row in t.rows:
+            best = t.best(row, table.lower_is_better)
+            texts = []
+            for col in t.columns:
+                cell = t.cells.get((row, col))
+                text = format_cell(cell, table.percent, digits)
+                if col in best:
+                    text = f"**{text}**"
+                if cell is not None and not cell.reference:
+                    text += f" (n={cell.n})"
+                texts.append(text)
+            label = f"**{row}**" if row == AVG else row
+            out.append(f"| {label} | " + " | ".join(texts) + " |")
+        out.append("")
+    direction = "lowest" if table.lower_is_better else "highest"
+    out.append(
+        f"Cells: mean ± sample std (ddof=1) of the final {table.metric} over seeds; n = number of seeds. "
+        f"Bold: {direction} mean in the row. '(paper)' columns are published values, not measured here.\n"
+    )
+    return "\n".join(out)
+
+
+CSV_HEADER = ("dataset", "metric", "client", "method", "source", "mean", "std", "n", "seeds", "best")
+
+
+def table_rows(table: Table) -> list[list[object]]:
+    """Long-format rows (see CSV_HEADER); raw units (fractions for accuracy), empty std when undefined."""
+    rows: list[list[object]] = []
+    for t in table.datasets:
+        for row in t.rows:
+            best = t.best(row, table.lower_is_better)
+            for col in t.columns:
+                cell = t.cells.get((row, col))
+                if cell is None:
+                    continue
+                rows.append(
+                    [
+                        t.dataset,
+                        table.metric,
+                        row,
+                        col.removesuffix(" (paper)") if cell.reference else col,
+                        "paper" if cell.reference else "run",
+                        repr(cell.mean),
+                        "" if math.isnan(cell.std) else repr(cell.std),
+                        cell.n,
+                        ";".join(map(str, cell.seeds)),
+                        int(col in best),
+                    ]
+                )
+    return rows
+
+
+def to_csv(table: Table | Sequence[Table], path: str | os.PathLike[str]) -> Path:
+    """Write one or more tables to `path` (long format, unformatted numbers) atomically."""
+    tables = [table] if isinstance(table, Table) else list(table)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_HEADER)
+    for t in tables:
+        writer.writerows(table_rows(t))
+    return atomic_write_text(path, buf.getvalue())

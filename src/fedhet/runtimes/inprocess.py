@@ -1,0 +1,66 @@
+"""The in-process runtime: every client runs sequentially in this process, its state kept in a dict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.utils.data import Dataset
+
+from fedhet.algorithms import ClientState
+from fedhet.data import ClientData
+from fedhet.engine.experiment import Experiment
+from fedhet.engine.messages import Message, Reply
+from fedhet.engine.seeding import seeded
+
+
+class InProcessClients:
+    """Runs fit / evaluate for the sampled clients one after another, seeding each by (seed, round, client)."""
+
+    def __init__(self, exp: Experiment) -> None:
+        self.exp = exp
+        self.alg = exp.algorithm
+        if self.alg.centralized:  # the oracle trains one pseudo-client holding everyone's training data
+            self.train_data = [_pooled_client(exp)]
+        else:
+            self.train_data = list(exp.data.clients)
+        self.states: dict[int, ClientState] = {i: self.alg.init_client(i) for i in range(len(self.train_data))}
+
+    @property
+    def num_train_clients(self) -> int:
+        return len(self.train_data)
+
+    def fit(self, rnd: int, messages: dict[int, Message]) -> list[Reply]:
+        """Local training of the given clients; their new states replace the old ones only at the end."""
+        replies, new_states = [], dict(self.states)
+        for cid, msg in messages.items():
+            ctx = self.exp.context(cid, rnd, self.train_data[cid])
+            with seeded(self.exp.config.seed, rnd, cid, "fit"):
+                out, new_states[cid] = self.alg.fit(msg, self.states[cid], ctx)
+            replies.append(Reply(cid, out, ctx.data.num_train))
+        self.states = new_states
+        return replies
+
+    def evaluate(self, rnd: int, messages: dict[int, Message], split: str) -> dict[str, dict[str, float]]:
+        """Metrics of each client's deployed model on its own split ('test' or 'val')."""
+        results = {}
+        for cid, client in enumerate(self.exp.data.clients):
+            dataset: Dataset | None = getattr(client, split)
+            if dataset is None:
+                continue
+            state = self.states[0] if self.alg.centralized else self.states[cid]
+            ctx = self.exp.context(cid, rnd)
+            with seeded(self.exp.config.seed, rnd, cid, "evaluate"):
+                results[client.name] = self.alg.evaluate(messages[cid], state, ctx, dataset)
+        return results
+
+    def get_states(self) -> dict[int, Any]:
+        return self.states
+
+    def set_states(self, states: dict[int, Any]) -> None:
+        self.states = dict(states)
+
+
+def _pooled_client(exp: Experiment) -> ClientData:
+    data = exp.data
+    return ClientData(name="all", domain="all", train=data.pooled_train(), val=None, test=data.pooled_test(),
+                      train_eval=data.pooled_train())

@@ -1,0 +1,281 @@
+"""FedProx, pFedAvg, FedBABU, FedRep and Ditto: update rules against hand computations, what is communicated,
+what stays on the client, and (pFedAvg, FedBABU) fine-tuning at evaluation time.
+
+The hand computations use a closed-form gradient of the mean cross-entropy of the tiny linear-linear model
+(logits = (x W1^T + b1) W2^T + b2), written out below, not the library's training loop. Every test uses a
+full batch (batch_size = n), so the data order drawn by the loader does not matter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from fedhet_testing import tiny_client, tiny_model
+
+from fedhet.algorithms import ALGORITHMS, Algorithm, ClientContext
+from fedhet.algorithms.ditto import Ditto
+from fedhet.config import ServerConfig, TrainConfig
+from fedhet.engine.local import cross_entropy, evaluate
+from fedhet.engine.messages import Message
+from fedhet.errors import ConfigError
+
+CPU = torch.device("cpu")
+N = 4
+W0 = {  # hand-set initial weights of tiny_model(in_dim=2, feat_dim=2, num_classes=2)
+    "features.0.weight": torch.tensor([[0.5, -0.2], [0.1, 0.3]]),
+    "features.0.bias": torch.tensor([0.0, 0.1]),
+    "head.weight": torch.tensor([[0.2, -0.4], [0.3, 0.1]]),
+    "head.bias": torch.tensor([0.05, -0.05]),
+}
+BODY = {"features.0.weight", "features.0.bias"}
+HEAD = {"head.weight", "head.bias"}
+W = dict[str, torch.Tensor]
+
+
+def model_fn() -> Any:
+    model = tiny_model(in_dim=2, feat_dim=2, num_classes=2)
+    model.load_state_dict(W0)
+    return model
+
+
+def make(name: str, lr: float = 0.1, steps: int | None = 1, momentum: float = 0.0, weight_decay: float = 0.0,
+         **params: Any) -> Algorithm:
+    cls = ALGORITHMS.get(name)
+    train = TrainConfig(lr=lr, momentum=momentum, weight_decay=weight_decay, batch_size=N, local_steps=steps)
+    return cls(cls.Params(**params), model_fn, train, ServerConfig(), 2, CPU)
+
+
+def ctx(rnd: int = 1) -> ClientContext:
+    return ClientContext(client_id=0, round=rnd, data=tiny_client(n=N, in_dim=2), device=CPU, num_classes=2,
+                         extra={"rounds": 10, "seed": 0})
+
+
+def xy() -> tuple[torch.Tensor, torch.Tensor]:
+    return ctx().data.train.tensors
+
+
+def grads(w: W) -> W:
+    """Closed-form gradients of mean CE on the client's data at weights w."""
+    x, y = xy()
+    u = x @ w["features.0.weight"].T + w["features.0.bias"]
+    z = u @ w["head.weight"].T + w["head.bias"]
+    d = (torch.softmax(z, dim=1) - torch.nn.functional.one_hot(y, 2).float()) / len(y)  # dL/dz
+    du = d @ w["head.weight"]
+    return {"head.weight": d.T @ u, "head.bias": d.sum(0), "features.0.weight": du.T @ x,
+            "features.0.bias": du.sum(0)}
+
+
+def sgd(w: W, g: W, lr: float = 0.1, keys: set[str] | None = None) -> W:
+    """w - lr * g on `keys` (default all); other entries unchanged."""
+    return {k: v - lr * g[k] if keys is None or k in keys else v.clone() for k, v in w.items()}
+
+
+def add(a: W, b: W, scale: float = 1.0) -> W:
+    return {k: a[k] + scale * b[k] for k in a}
+
+
+def close(got: W, want: W, keys: set[str] | None = None) -> None:
+    for k in keys if keys is not None else want:
+        assert torch.allclose(got[k], want[k], atol=1e-6), (k, got[k], want[k])
+
+
+def msg_of(w: W) -> Message:
+    return Message(arrays={k: v.clone() for k, v in w.items()})
+
+
+def snapshot(state: dict) -> dict:
+    """A deep copy of a client state (tensors cloned) to compare against later."""
+    return {k: snapshot(v) if isinstance(v, dict) else v.clone() if torch.is_tensor(v) else v
+            for k, v in state.items()}
+
+
+def same(a: Any, b: Any) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return torch.equal(a, b) if torch.is_tensor(a) else a == b
+
+
+# ---------------------------------------------------------------------------------------------------- FedProx
+def test_fedprox_two_steps_by_hand() -> None:
+    mu, lr = 0.5, 0.1
+    alg = make("fedprox", lr=lr, steps=2, mu=mu)
+    out, _ = alg.fit(alg.broadcast(alg.init_server(), 1, 0), {}, ctx())
+    w1 = sgd(W0, grads(W0), lr)  # at the anchor the proximal gradient mu (w - w0) is zero
+    w2 = sgd(w1, add(grads(w1), add(w1, W0, -1.0), mu), lr)  # g + mu (w1 - w0)
+    assert set(out.arrays) == BODY | HEAD
+    close(out.arrays, w2)
+    plain = sgd(w1, grads(w1), lr)
+    assert not torch.allclose(out.arrays["head.weight"], plain["head.weight"], atol=1e-6)
+
+
+def test_fedprox_mu_zero_is_fedavg_and_bad_mu_rejected() -> None:
+    out, _ = make("fedprox", steps=3, mu=0.0).fit(Message(arrays=dict(W0)), {}, ctx())
+    ref, _ = make("fedavg", steps=3).fit(Message(arrays=dict(W0)), {}, ctx())
+    close(out.arrays, ref.arrays)
+    with pytest.raises(ConfigError):
+        ALGORITHMS.get("fedprox").Params(mu=-0.1).validate()
+
+
+# ---------------------------------------------------------------------------------------------------- pFedAvg
+def test_pfedavg_trains_and_communicates_as_fedavg() -> None:
+    alg = make("pfedavg")
+    assert alg.personalized
+    out, state = alg.fit(msg_of(W0), {}, ctx())
+    ref, ref_state = make("fedavg").fit(msg_of(W0), {}, ctx())
+    assert set(out.arrays) == set(ref.arrays) == BODY | HEAD
+    close(out.arrays, sgd(W0, grads(W0)))
+    assert same(state, ref_state)
+
+
+@pytest.mark.parametrize("part", ["all", "head"])
+def test_pfedavg_evaluate_finetunes_a_copy_by_hand(part: str) -> None:
+    alg = make("pfedavg", lr=0.1, finetune_lr=0.3, finetune_part=part)
+    _, state = alg.fit(msg_of(W0), {}, ctx())
+    glob = {k: v + 0.05 for k, v in W0.items()}  # the next round's global model
+    msg, before = msg_of(glob), snapshot(state)
+    deployed = {k: v.detach().clone() for k, v in alg.deploy_model(msg, state, ctx(2)).state_dict().items()}
+    want = sgd(glob, grads(glob), 0.3, keys=None if part == "all" else HEAD)  # one full-batch epoch
+    close(deployed, want)
+    assert not torch.allclose(deployed["head.weight"], glob["head.weight"])
+    metrics = alg.evaluate(msg, state, ctx(2), ctx().data.test)
+    hand = model_fn()
+    hand.load_state_dict(want)
+    assert metrics["loss"] == pytest.approx(evaluate(hand, ctx().data.test, CPU)["loss"], abs=1e-6)
+    assert same(state, before)  # the client state is untouched
+    assert same(msg.arrays, glob)  # and so is the received message
+    assert all(p.requires_grad for p in alg.new_model().parameters())
+
+
+def test_pfedavg_zero_finetune_epochs_and_validation() -> None:
+    alg = make("pfedavg", finetune_epochs=0)
+    close(alg.deploy_model(msg_of(W0), {}, ctx()).state_dict(), W0)
+    Params = ALGORITHMS.get("pfedavg").Params
+    for bad in ({"finetune_epochs": -1}, {"finetune_part": "body"}, {"finetune_lr": 0.0}):
+        with pytest.raises(ConfigError):
+            Params(**bad).validate()
+
+
+# ---------------------------------------------------------------------------------------------------- FedBABU
+def test_fedbabu_trains_the_body_only_by_hand() -> None:
+    alg = make("fedbabu", lr=0.1)
+    server = alg.init_server()
+    assert set(server["global"]) == BODY
+    out, state = alg.fit(alg.broadcast(server, 1, 0), {}, ctx())
+    assert set(out.arrays) == BODY  # the head is never sent
+    close(out.arrays, sgd(W0, grads(W0), 0.1, keys=BODY), keys=BODY)
+    close(state.get("local", {}), W0, keys=set(state.get("local", {})))
+
+
+def test_fedbabu_head_never_changes_during_fit() -> None:
+    alg = make("fedbabu", lr=0.5, steps=3, momentum=0.9, weight_decay=0.1)
+    msg, state = msg_of({k: W0[k] for k in BODY}), {}
+    for rnd in (1, 2):
+        out, state = alg.fit(msg, state, ctx(rnd))
+        model = alg.client_model(msg, state)
+        assert torch.equal(model.head.weight, W0["head.weight"]) and torch.equal(model.head.bias, W0["head.bias"])
+        assert not torch.allclose(out.arrays["features.0.weight"], msg.arrays["features.0.weight"])
+        msg = out
+
+
+@pytest.mark.parametrize("part", ["all", "head"])
+def test_fedbabu_evaluate_finetunes_from_the_init_head(part: str) -> None:
+    alg = make("fedbabu", finetune_part=part)
+    _, state = alg.fit(msg_of({k: W0[k] for k in BODY}), {}, ctx())
+    body = {k: W0[k] - 0.1 for k in BODY}  # the next round's global body
+    before = snapshot(state)
+    deployed = alg.deploy_model(msg_of(body), state, ctx(2)).state_dict()
+    start = {**body, **{k: W0[k] for k in HEAD}}  # global body + initial head
+    close(deployed, sgd(start, grads(start), 0.1, keys=None if part == "all" else HEAD))
+    assert not torch.allclose(deployed["head.weight"], W0["head.weight"])
+    assert same(state, before)
+    out, _ = alg.fit(msg_of(body), state, ctx(2))  # evaluation left the next fit's head at its init
+    close(out.arrays, sgd(start, grads(start), 0.1, keys=BODY), keys=BODY)
+
+
+# ---------------------------------------------------------------------------------------------------- FedRep
+def test_fedrep_head_then_body_by_hand() -> None:
+    alg = make("fedrep", lr=0.1, head_epochs=1)  # one full-batch epoch = one head step, then one body step
+    out, state = alg.fit(alg.broadcast(alg.init_server(), 1, 0), {}, ctx())
+    w_head = sgd(W0, grads(W0), 0.1, keys=HEAD)
+    w_body = sgd(w_head, grads(w_head), 0.1, keys=BODY)  # body gradient at the *updated* head
+    assert set(out.arrays) == BODY
+    close(out.arrays, w_body, keys=BODY)
+    assert set(state["local"]) == HEAD
+    close(state["local"], w_head, keys=HEAD)
+
+
+def test_fedrep_personal_head_persists_and_is_never_sent() -> None:
+    alg = make("fedrep", lr=0.1, head_epochs=2)
+    _, state = alg.fit(msg_of({k: W0[k] for k in BODY}), {}, ctx())
+    head1 = {k: v.clone() for k, v in state["local"].items()}
+    assert not torch.allclose(head1["head.weight"], W0["head.weight"])
+    alg.params.head_epochs = 0  # second round: body only, so the head must be exactly the stored one
+    body = {k: W0[k] + 0.2 for k in BODY}
+    out, state2 = alg.fit(msg_of(body), state, ctx(2))
+    assert not HEAD & set(out.arrays)
+    close(state2["local"], head1)
+    start = {**body, **head1}
+    close(out.arrays, sgd(start, grads(start), 0.1, keys=BODY), keys=BODY)
+    close(alg.deploy_model(out, state2, ctx(2)).state_dict(), head1, keys=HEAD)
+    with pytest.raises(ConfigError):
+        ALGORITHMS.get("fedrep").Params(head_epochs=-1).validate()
+
+
+# ---------------------------------------------------------------------------------------------------- Ditto
+def test_ditto_global_then_personal_two_rounds_by_hand() -> None:
+    lam, lr = 0.5, 0.1
+    alg = make("ditto", lr=lr, lam=lam)
+    assert alg.personalized
+    assert same(alg.deploy_model(msg_of(W0), {}, ctx()).state_dict(), W0)  # no personal model yet
+    out1, state = alg.fit(msg_of(W0), {}, ctx())
+    w1 = sgd(W0, grads(W0), lr)
+    close(out1.arrays, w1)  # w: exactly FedAvg
+    close(state["personal"], w1)  # v starts at w^1, where the proximal term has zero gradient
+    glob = {k: v * 0.5 for k, v in W0.items()}  # round 2's global model w^2
+    out2, state2 = alg.fit(msg_of(glob), state, ctx(2))
+    v2 = sgd(w1, add(grads(w1), add(w1, glob, -1.0), lam), lr)  # v - lr (g(v) + lam (v - w^2))
+    close(out2.arrays, sgd(glob, grads(glob), lr))  # what is sent is w, never v
+    assert not torch.allclose(out2.arrays["head.weight"], v2["head.weight"], atol=1e-4)
+    close(state2["personal"], v2)
+    assert all(t.device.type == "cpu" for t in state2["personal"].values())
+    close(alg.deploy_model(msg_of(glob), state2, ctx(2)).state_dict(), v2)  # deployed model = v
+
+
+def test_ditto_tandem_and_personal_epochs_by_hand() -> None:
+    lam, lr = 2.0, 0.1
+    glob = {k: v * 0.5 for k, v in W0.items()}
+    for schedule, steps, pe in (("tandem", 2, None), ("global_then_personal", 1, 2)):
+        alg = make("ditto", lr=lr, steps=steps, lam=lam, schedule=schedule, personal_epochs=pe)
+        out, state = alg.fit(msg_of(glob), {"personal": dict(W0)}, ctx())
+        w = glob
+        for _ in range(steps):
+            w = sgd(w, grads(w), lr)
+        v = dict(W0)
+        for _ in range(2):  # v takes two steps in both configurations
+            v = sgd(v, add(grads(v), add(v, glob, -1.0), lam), lr)
+        close(out.arrays, w)
+        close(state["personal"], v)
+
+
+def test_ditto_personal_loss_is_the_extension_point() -> None:
+    class CEOnly(Ditto):
+        def personal_loss(self, personal: Any, reference: Any, x: torch.Tensor, y: torch.Tensor,
+                          ctx: ClientContext) -> torch.Tensor:
+            assert not any(p.requires_grad for p in reference.parameters()) and not reference.training
+            return cross_entropy(personal, x, y)
+
+    train = TrainConfig(lr=0.1, momentum=0.0, batch_size=N, local_steps=1)
+    alg = CEOnly(CEOnly.Params(lam=100.0), model_fn, train, ServerConfig(), 2, CPU)
+    glob = {k: v * 0.5 for k, v in W0.items()}
+    _, state = alg.fit(msg_of(glob), {"personal": dict(W0)}, ctx())
+    close(state["personal"], sgd(W0, grads(W0), 0.1))  # lam ignored: the override replaced the objective
+
+
+def test_ditto_validation() -> None:
+    Params = ALGORITHMS.get("ditto").Params
+    for bad in ({"lam": -1.0}, {"schedule": "personal_first"}, {"personal_epochs": 0},
+                {"schedule": "tandem", "personal_epochs": 2}):
+        with pytest.raises(ConfigError):
+            Params(**bad).validate()

@@ -1,0 +1,49 @@
+"""Aggregation and the server optimizer against hand computations."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedhet.config import ServerConfig
+from fedhet.engine.aggregation import ServerOptimizer, average, client_weights
+
+
+def test_weighted_average_by_hand() -> None:
+    a = {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(2)}
+    b = {"w": torch.tensor([3.0, 6.0]), "n": torch.tensor(5)}
+    out = average([a, b], client_weights([1, 3], "weighted"))
+    # (1*1 + 3*3)/4 = 2.5 ; (1*2 + 3*6)/4 = 5 ; int buffer (2 + 15)/4 = 4.25 -> 4
+    assert torch.allclose(out["w"], torch.tensor([2.5, 5.0]))
+    assert out["n"].dtype == torch.int64 and out["n"].item() == 4
+
+
+def test_uniform_average_ignores_sizes() -> None:
+    a, b = {"w": torch.tensor([0.0])}, {"w": torch.tensor([4.0])}
+    out = average([a, b], client_weights([1, 100], "uniform"))
+    assert out["w"].item() == pytest.approx(2.0)
+
+
+def test_plain_fedavg_replaces_weights() -> None:
+    opt = ServerOptimizer(ServerConfig())
+    new, _ = opt.step({"w": torch.tensor([1.0])}, {"w": torch.tensor([0.4])}, {})
+    assert new["w"].item() == pytest.approx(0.4)
+
+
+def test_fedavgm_momentum_by_hand() -> None:
+    opt = ServerOptimizer(ServerConfig(lr=0.5, momentum=0.9))
+    cur = {"w": torch.tensor([1.0])}
+    state: dict = {}
+    # round 1: delta = 1 - 0.6 = 0.4, buf = 0.4, w = 1 - 0.5*0.4 = 0.8
+    cur, state = opt.step(cur, {"w": torch.tensor([0.6])}, state)
+    assert cur["w"].item() == pytest.approx(0.8)
+    # round 2: delta = 0.8 - 0.7 = 0.1, buf = 0.9*0.4 + 0.1 = 0.46, w = 0.8 - 0.5*0.46 = 0.57
+    cur, state = opt.step(cur, {"w": torch.tensor([0.7])}, state)
+    assert cur["w"].item() == pytest.approx(0.57)
+
+
+def test_fedadam_by_hand() -> None:
+    opt = ServerOptimizer(ServerConfig(optimizer="adam", lr=0.1, betas=(0.9, 0.99), eps=1e-3))
+    cur, _ = opt.step({"w": torch.tensor([1.0])}, {"w": torch.tensor([0.5])}, {})
+    # delta = 0.5; m = 0.1*0.5 = 0.05; v = 0.01*0.25 = 0.0025; w = 1 - 0.1*0.05/(0.05 + 0.001)
+    assert cur["w"].item() == pytest.approx(1 - 0.1 * 0.05 / (0.05 + 1e-3))

@@ -1,0 +1,33 @@
+"""Helpers for tests: tiny synthetic clients and a tiny split model (import as `from fedhet_testing import ...`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+SHARED_DATA = Path(os.environ.get("FEDHET_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def tiny_model(in_dim: int = 4, feat_dim: int = 3, num_classes: int = 2, bn: bool = False):
+    """A linear feature extractor (+ optional BatchNorm1d) and a linear head, as a SplitModel."""
+    from fedhet.models import SplitModel
+
+    layers: list[nn.Module] = [nn.Linear(in_dim, feat_dim)]
+    if bn:
+        layers.append(nn.BatchNorm1d(feat_dim))
+    return SplitModel(nn.Sequential(*layers), nn.Linear(feat_dim, num_classes), feat_dim, num_classes)
+
+
+def tiny_client(n: int = 8, in_dim: int = 4, num_classes: int = 2, seed: int = 0, name: str = "c0"):
+    """A ClientData with n random samples (same tensors for train, test and train_eval)."""
+    from fedhet.data import ClientData
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, in_dim, generator=g)
+    y = torch.arange(n) % num_classes
+    ds = TensorDataset(x, y)
+    return ClientData(name=name, domain=name, train=ds, val=None, test=ds, train_eval=ds)
