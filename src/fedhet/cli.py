@@ -76,8 +76,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
     if args.action == "list":
         for name in list_datasets():
-            info = dataset_info(name)
-            print(f"{name:<24} {info}")
+            print(f"{dataset_info(name)}\n")
         return 0
     cfg = load_config(*_config_and_overrides(args))
     data = build_federated_data(cfg.data, cfg.seed)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import torch
+from fedhet_testing import tiny_client, tiny_model
 from torch import nn
 
 from fedhet.algorithms import ALGORITHMS, ClientContext
 from fedhet.config import ServerConfig, TrainConfig
 from fedhet.engine.messages import Reply
-
-from fedhet_testing import tiny_client, tiny_model
 
 CPU = torch.device("cpu")
 
@@ -89,3 +88,12 @@ def test_single_communicates_nothing() -> None:
 def test_all_is_centralized() -> None:
     assert ALGORITHMS.get("all").centralized
     assert isinstance(make("all").new_model(), nn.Module)
+
+
+def test_all_scales_local_steps_by_client_count() -> None:
+    alg = make("all", n=4)
+    alg.train_cfg.batch_size = 2
+    c = ctx(0, n=4)
+    c.extra["num_clients"] = 3
+    model = alg.client_model(alg.broadcast(alg.init_server(), 1, 0), {})
+    assert alg.local_train(model, alg.broadcast(alg.init_server(), 1, 0), {}, c).steps == 3

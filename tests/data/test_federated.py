@@ -114,3 +114,14 @@ def test_surf_build(data_root: Path) -> None:
     assert fed.input_shape == (800,)
     x, y = fed.clients[0].train[0]
     assert x.shape == (800,) and torch.isclose(x.norm(), torch.tensor(800.0).sqrt())
+
+
+def test_max_train_per_client_caps_stratified() -> None:
+    from fedhet.config import DataConfig
+    from fedhet.data import build_federated_data
+
+    fed = build_federated_data(DataConfig(dataset="offline_digits", max_train_per_client=50), seed=0)
+    for client in fed.clients:
+        assert client.num_train == 50
+        labels = [int(client.train_eval[i][1]) for i in range(50)]
+        assert len(set(labels)) == 10  # stratified: every class kept

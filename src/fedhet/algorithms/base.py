@@ -137,15 +137,16 @@ class Algorithm:
         return cross_entropy(model, x, y)
 
     def local_train(self, model: SplitModel, msg: Message, state: ClientState, ctx: ClientContext,
-                    dataset: Dataset | None = None) -> TrainStats:
-        """One round of local SGD on the client's training data with `self.loss`."""
-        opt = make_optimizer(model.parameters(), self.train_cfg)
-        if self.train_cfg.persist_optimizer and "optim" in state:
+                    dataset: Dataset | None = None, train_cfg: TrainConfig | None = None) -> TrainStats:
+        """One round of local SGD on the client's training data (or `dataset`) with `self.loss`."""
+        cfg = train_cfg or self.train_cfg
+        opt = make_optimizer(model.parameters(), cfg)
+        if cfg.persist_optimizer and "optim" in state:
             opt.load_state_dict(state["optim"])
-        stats = train_local(model, ctx.data.train if dataset is None else dataset, self.train_cfg, ctx.device,
+        stats = train_local(model, ctx.data.train if dataset is None else dataset, cfg, ctx.device,
                             loss_fn=lambda m, x, y: self.loss(m, x, y, ctx), optimizer=opt,
                             where=f"{self.name} client {ctx.client_id} round {ctx.round}")
-        if self.train_cfg.persist_optimizer:
+        if cfg.persist_optimizer:
             state["optim"] = copy.deepcopy(opt.state_dict())
         return stats
 

@@ -114,7 +114,7 @@ class Ditto(Algorithm):
         """Train w (sent back) and v (kept in the returned state) from the received w^t."""
         state = dict(state)
         model = self.client_model(msg, state)
-        reference = model
+        reference = self.reference_model(model)
         personal = self.personal_model(state, reference)
         if self.params.schedule == "tandem":
             stats = self.train_tandem(model, personal, reference, state, ctx)

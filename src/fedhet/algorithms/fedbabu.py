@@ -24,6 +24,7 @@ from torch.utils.data import Dataset
 from fedhet.algorithms.base import ClientContext, ClientState
 from fedhet.algorithms.pfedavg import PFedAvg, frozen
 from fedhet.algorithms.registry import register
+from fedhet.config import TrainConfig
 from fedhet.engine.local import TrainStats
 from fedhet.engine.messages import Message
 from fedhet.engine.params import keys_under
@@ -42,7 +43,7 @@ class FedBABU(PFedAvg):
         return set(model.state_dict()) - keys_under(model, "head")
 
     def local_train(self, model: SplitModel, msg: Message, state: ClientState, ctx: ClientContext,
-                    dataset: Dataset | None = None) -> TrainStats:
+                    dataset: Dataset | None = None, train_cfg: TrainConfig | None = None) -> TrainStats:
         """FedAvg's local SGD on the body; the head's parameters are frozen for the whole round."""
         with frozen(model.head.parameters()):
-            return super().local_train(model, msg, state, ctx, dataset)
+            return super().local_train(model, msg, state, ctx, dataset, train_cfg)

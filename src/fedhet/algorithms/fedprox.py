@@ -27,6 +27,7 @@ from torch.utils.data import Dataset
 
 from fedhet.algorithms.base import Algorithm, ClientContext, ClientState
 from fedhet.algorithms.registry import register
+from fedhet.config import TrainConfig
 from fedhet.engine.local import TrainStats, cross_entropy
 from fedhet.engine.messages import Message
 from fedhet.errors import ConfigError
@@ -63,11 +64,11 @@ class FedProx(Algorithm):
                 raise ConfigError(f"fedprox: mu must be >= 0, got {self.mu}")
 
     def local_train(self, model: SplitModel, msg: Message, state: ClientState, ctx: ClientContext,
-                    dataset: Dataset | None = None) -> TrainStats:
+                    dataset: Dataset | None = None, train_cfg: TrainConfig | None = None) -> TrainStats:
         """Freeze a copy of the round-start trainable parameters as the anchor, then train as FedAvg."""
         self._anchor = tuple(p.detach().clone() for p in trainable(model))
         try:
-            return super().local_train(model, msg, state, ctx, dataset)
+            return super().local_train(model, msg, state, ctx, dataset, train_cfg)
         finally:  # the anchor lives for one fit only; nothing per client stays on the instance
             self._anchor = ()
 

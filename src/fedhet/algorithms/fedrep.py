@@ -9,9 +9,9 @@ Per round, each sampled client
   4. sends the body; the server averages bodies as FedAvg does. The deployed model is global body + own head.
 
 Choices where the paper is silent or that this implementation makes:
-- "Frozen" means the parameters are excluded from the optimizer; the model stays in train mode in both phases,
-  so BatchNorm running statistics in the body keep updating (as in the authors' code). Every BatchNorm buffer of
-  the body is shared, like its parameters.
+- "Frozen" means the parameters are excluded from the optimizer (requires_grad=False); the model stays in train
+  mode in both phases, so BatchNorm running statistics in the body keep updating during the head phase too.
+  Every BatchNorm buffer of the body is shared, like its parameters.
 - The head phase always runs whole epochs (`train.local_steps` applies to the body phase only) with a fresh
   optimizer each round; `train.persist_optimizer` carries over only the body optimizer's state.
 - A client's head starts, before its first round, from the seeded initial model's head (same for everyone).
@@ -29,6 +29,7 @@ from torch.utils.data import Dataset
 from fedhet.algorithms.base import Algorithm, ClientContext, ClientState
 from fedhet.algorithms.pfedavg import frozen
 from fedhet.algorithms.registry import register
+from fedhet.config import TrainConfig
 from fedhet.engine.local import TrainStats, train_local
 from fedhet.engine.messages import Message
 from fedhet.engine.params import keys_under
@@ -57,19 +58,20 @@ class FedRep(Algorithm):
         """The body (features) is shared; every key under `head` is personal."""
         return set(model.state_dict()) - keys_under(model, "head")
 
-    def train_head(self, model: SplitModel, ctx: ClientContext, dataset: Dataset) -> TrainStats | None:
+    def train_head(self, model: SplitModel, ctx: ClientContext, dataset: Dataset,
+                   train_cfg: TrainConfig | None = None) -> TrainStats | None:
         """Phase 1: `head_epochs` epochs on the head, the body's parameters frozen."""
         if self.params.head_epochs == 0:
             return None
-        cfg = replace(self.train_cfg, local_epochs=self.params.head_epochs, local_steps=None)
+        cfg = replace(train_cfg or self.train_cfg, local_epochs=self.params.head_epochs, local_steps=None)
         with frozen(model.features.parameters()):
             return train_local(model, dataset, cfg, ctx.device, loss_fn=lambda m, x, y: self.loss(m, x, y, ctx),
                                where=f"{self.name} head, client {ctx.client_id} round {ctx.round}")
 
     def local_train(self, model: SplitModel, msg: Message, state: ClientState, ctx: ClientContext,
-                    dataset: Dataset | None = None) -> TrainStats:
+                    dataset: Dataset | None = None, train_cfg: TrainConfig | None = None) -> TrainStats:
         """Head phase, then body phase (FedAvg's local SGD with the head frozen); reports the body phase."""
         data = ctx.data.train if dataset is None else dataset
-        self.train_head(model, ctx, data)
+        self.train_head(model, ctx, data, train_cfg)
         with frozen(model.head.parameters()):
-            return super().local_train(model, msg, state, ctx, data)
+            return super().local_train(model, msg, state, ctx, data, train_cfg)

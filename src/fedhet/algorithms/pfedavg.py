@@ -13,8 +13,8 @@ Personalization", and the FedBABU evaluation protocol):
   `finetune_epochs` epochs of mini-batch SGD (the train config's optimizer, batch size, momentum, weight decay
   and grad clipping; learning rate `finetune_lr`, default `train.lr`; `train.local_steps` is ignored here).
 - `finetune_part="all"` fine-tunes every parameter; `"head"` only the classifier head, the body's parameters
-  frozen. In both modes the model runs in train mode, so BatchNorm running statistics adapt to the client's
-  data (as in the FedBABU reference code, which fine-tunes with `model.train()`).
+  frozen (excluded from the optimizer). In both modes the model runs in train mode, so BatchNorm running
+  statistics adapt to the client's data, in the body too.
 - The fine-tune happens inside `evaluate`/`deploy_model`, on a scratch copy: the client state is not changed
   and no fine-tuned weights persist to the next round (each evaluation re-personalizes the latest global
   model). The fine-tune's data order is drawn from torch's global RNG, which the engine seeds per

@@ -20,9 +20,10 @@ Choices where the paper is silent or that this implementation makes:
   configured, act on it as for FedAvgM / FedAdam. mean(dy) follows `server.aggregation` (weighted by example
   counts by default, like every method here; `uniform` is the paper's plain mean). The control-variate update
   always uses the plain mean over the sampled clients, which keeps c = mean_i c_i as in the paper.
-- N (the total number of clients) is the Params field `num_clients`; when it is None the server uses the
-  number of distinct clients that have replied so far. That equals N from round 1 under full participation
-  (the FRAug setting) and converges to N under client sampling; set `num_clients` when sampling clients.
+- N (the total number of clients) is not known to the server before clients reply. It is, in this order: the
+  Params field `num_clients` if set; else the `num_clients` scalar the clients put in their replies (from
+  `ctx.extra["num_clients"]`, which the engine fills in); else the number of distinct clients that have replied
+  so far (exact from round 1 under full participation, converging to N under client sampling).
 - K is the number of local mini-batch steps actually taken in the round, lr is `train.lr`.
 - The paper assumes plain SGD. The correction (c - c_i) is added to the gradient after backward; weight decay,
   momentum (if train.momentum > 0) and gradient clipping then act on the corrected gradient, and option II's
@@ -59,7 +60,7 @@ class Scaffold(Algorithm):
 
     @dataclass
     class Params:
-        """num_clients: N in c <- c + |S|/N mean(dc); None = the number of distinct clients seen so far."""
+        """num_clients: N in c <- c + |S|/N mean(dc); None = as the clients report it (module doc)."""
 
         num_clients: int | None = None
 
@@ -92,8 +93,9 @@ class Scaffold(Algorithm):
         mean_dc = average([{k: r.message.arrays[DC + k] for k in self._controlled} for r in replies],
                           [1.0] * len(replies))
         seen = torch.unique(torch.cat([server["seen"], torch.tensor([r.client_id for r in replies])]))
-        n_total = self.params.num_clients if self.params.num_clients is not None else len(seen)
-        scale = len(replies) / n_total
+        reported = [int(r.message.scalars["num_clients"]) for r in replies if "num_clients" in r.message.scalars]
+        n_total = self.params.num_clients or max(reported, default=0) or len(seen)
+        scale = len(replies) / max(n_total, len(replies))
         c = {k: v + scale * mean_dc[k] for k, v in server["c"].items()}
         return {**server, "global": new_global, "opt": opt_state, "c": c, "seen": seen}
 
@@ -136,4 +138,7 @@ class Scaffold(Algorithm):
             dc = {k: torch.zeros_like(v) for k, v in c_i.items()}
         state["c"] = {k: c_i[k] + dc[k] for k in self._controlled}
         arrays = {**{DY + k: y[k] - x[k] for k in y}, **{DC + k: v for k, v in dc.items()}}
-        return Message(arrays=arrays, scalars={"train_loss": stats.loss, "steps": stats.steps}), state
+        scalars = {"train_loss": stats.loss, "steps": stats.steps}
+        if "num_clients" in ctx.extra:
+            scalars["num_clients"] = int(ctx.extra["num_clients"])
+        return Message(arrays=arrays, scalars=scalars), state

@@ -10,7 +10,8 @@ Order of operations for each (cfg, seed), all random choices from numpy generato
 3. test splits: a domain's test pool is split IID among that domain's clients; for the other partitions the
    pooled test set is dealt so each client's test split follows its own training label distribution (stage 3);
 4. per client: a stratified `val_fraction` hold-out of its training data (stage 4), then `fraction`
-   subsampling of the rest (stratified, >= min_train_per_client, >= 1 per class when possible; stage 5), then
+   subsampling of the rest (stratified, >= min_train_per_client, >= 1 per class when possible; stage 5; a
+   `max_train_per_client` cap is applied first, stratified, stage 7), then
    the `max_test_per_client` cap (stratified; stage 6).
 """
 
@@ -199,6 +200,9 @@ def build_federated_data(cfg: DataConfig, seed: int) -> FederatedData:
             kept, held = P.stratified_split(y, cfg.val_fraction, _rng(seed, 4, k))
             tr_parts, val_parts = _select(tr_parts, kept), _select(tr_parts, held)
             y = y[kept]
+        if cfg.max_train_per_client is not None and cfg.max_train_per_client < len(y):
+            tr_parts = _select(tr_parts, P.subsample(y, cfg.max_train_per_client, _rng(seed, 7, k)))
+            y = _labels(tr_parts)
         if cfg.fraction < 1.0 or cfg.min_train_per_client > len(y):
             tr_parts = _select(tr_parts, P.fraction_subsample(y, cfg.fraction, cfg.min_train_per_client,
                                                                _rng(seed, 5, k)))

@@ -41,7 +41,8 @@ class Experiment:
         return ClientContext(client_id=client_id, round=rnd,
                              data=data if data is not None else self.data.clients[client_id],
                              device=self.device, num_classes=self.data.num_classes,
-                             extra={"rounds": self.config.rounds, "seed": self.config.seed})
+                             extra={"rounds": self.config.rounds, "seed": self.config.seed,
+                                    "num_clients": len(self.data.clients)})
 
 
 def make_model_fn(cfg: ExperimentConfig, data: FederatedData) -> Callable[[], SplitModel]:

@@ -132,12 +132,15 @@ class RoundLoop:
                     start = time.perf_counter()
                     rnd = self.round + 1
                     self.train_round(rnd)
-                    if rnd % cfg.eval.every == 0 or rnd == cfg.rounds:
+                    evaluated = rnd % cfg.eval.every == 0 or rnd == cfg.rounds
+                    if evaluated:
                         acc = self.evaluate_round(rnd)
                     self.elapsed += time.perf_counter() - start
                     self.round = rnd
                     if rnd % cfg.run.checkpoint_every == 0 or rnd == last:
                         self.checkpoint()
+                    elif evaluated:
+                        self.dir.write_metrics(self.metrics)  # live progress; the checkpoint has the rest
                     bar.update(1)
                     bar.set_postfix(acc=f"{acc:.3f}")
         except KeyboardInterrupt as err:
