@@ -61,10 +61,25 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_reference(path: str | None) -> dict | None:
+    """Published numbers to print beside the measured ones: YAML {client: {method: [mean, std]}}."""
+    if path is None:
+        return None
+    import yaml
+
+    ref_path = Path(path)
+    if not ref_path.is_file():
+        raise FedhetError(f"reference file '{path}' not found (see configs/paper/ for examples)")
+    data = yaml.safe_load(ref_path.read_text())
+    if not isinstance(data, dict):
+        raise FedhetError(f"reference file '{path}' must map client -> method -> [mean, std]")
+    return data
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from fedhet.report import write_report
 
-    paths = write_report([Path(p) for p in args.run_dirs], Path(args.out))
+    paths = write_report([Path(p) for p in args.run_dirs], Path(args.out), reference=_load_reference(args.reference))
     print(paths.markdown.read_text())
     print(f"report: {args.out}")
     return 0
@@ -126,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="paper-style table (Markdown, CSV) and learning curves")
     report.add_argument("run_dirs", nargs="+", help="run directories or folders containing them")
     report.add_argument("--out", default="report")
+    report.add_argument("--reference", default=None, help="YAML of published numbers to show side by side")
     report.set_defaults(func=_cmd_report)
 
     data = sub.add_parser("data", help="list datasets, or show a partition")

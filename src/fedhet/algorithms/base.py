@@ -137,14 +137,17 @@ class Algorithm:
         return cross_entropy(model, x, y)
 
     def local_train(self, model: SplitModel, msg: Message, state: ClientState, ctx: ClientContext,
-                    dataset: Dataset | None = None, train_cfg: TrainConfig | None = None) -> TrainStats:
-        """One round of local SGD on the client's training data (or `dataset`) with `self.loss`."""
+                    dataset: Dataset | None = None, train_cfg: TrainConfig | None = None,
+                    after_backward: Callable[[], None] | None = None) -> TrainStats:
+        """One round of local SGD on the client's training data (or `dataset`) with `self.loss`;
+        `after_backward` may edit the gradients before each optimizer step (SCAFFOLD's correction)."""
         cfg = train_cfg or self.train_cfg
         opt = make_optimizer(model.parameters(), cfg)
         if cfg.persist_optimizer and "optim" in state:
             opt.load_state_dict(state["optim"])
         stats = train_local(model, ctx.data.train if dataset is None else dataset, cfg, ctx.device,
                             loss_fn=lambda m, x, y: self.loss(m, x, y, ctx), optimizer=opt,
+                            after_backward=after_backward,
                             where=f"{self.name} client {ctx.client_id} round {ctx.round}")
         if cfg.persist_optimizer:
             state["optim"] = copy.deepcopy(opt.state_dict())
@@ -169,7 +172,7 @@ class Algorithm:
 
     def evaluate(self, msg: Message, state: ClientState, ctx: ClientContext, dataset: Dataset) -> dict[str, float]:
         """Metrics of the deployed model on one of the client's splits."""
-        return evaluate(self.deploy_model(msg, state, ctx), dataset, ctx.device)
+        return evaluate(self.deploy_model(msg, state, ctx), dataset, ctx.device, batch_size=self.train_cfg.batch_size)
 
 
 def shared_state(model: nn.Module, keys: set[str]) -> StateDict:

@@ -22,12 +22,12 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from fedhet.algorithms.base import ClientContext, ClientState
-from fedhet.algorithms.pfedavg import PFedAvg, frozen
+from fedhet.algorithms.pfedavg import PFedAvg
 from fedhet.algorithms.registry import register
 from fedhet.config import TrainConfig
 from fedhet.engine.local import TrainStats
 from fedhet.engine.messages import Message
-from fedhet.engine.params import keys_under
+from fedhet.engine.params import frozen, keys_under
 from fedhet.models import SplitModel
 
 

@@ -27,12 +27,11 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from fedhet.algorithms.base import Algorithm, ClientContext, ClientState
-from fedhet.algorithms.pfedavg import frozen
 from fedhet.algorithms.registry import register
 from fedhet.config import TrainConfig
 from fedhet.engine.local import TrainStats, train_local
 from fedhet.engine.messages import Message
-from fedhet.engine.params import keys_under
+from fedhet.engine.params import frozen, keys_under
 from fedhet.errors import ConfigError
 from fedhet.models import SplitModel
 

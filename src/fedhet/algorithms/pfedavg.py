@@ -24,8 +24,6 @@ Personalization", and the FedBABU evaluation protocol):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from torch import nn
@@ -34,23 +32,11 @@ from fedhet.algorithms.base import Algorithm, ClientContext, ClientState
 from fedhet.algorithms.registry import register
 from fedhet.engine.local import TrainStats, train_local
 from fedhet.engine.messages import Message
+from fedhet.engine.params import frozen
 from fedhet.errors import ConfigError
 from fedhet.models import SplitModel
 
 FINETUNE_PARTS = ("all", "head")
-
-
-@contextmanager
-def frozen(params: Iterable[nn.Parameter]) -> Iterator[None]:
-    """Set requires_grad=False on the given parameters for the block, then restore their flags."""
-    saved = [(p, p.requires_grad) for p in params]
-    for p, _ in saved:
-        p.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p, flag in saved:
-            p.requires_grad_(flag)
 
 
 @register

@@ -33,7 +33,7 @@ Choices where the paper is silent or that this implementation makes:
 
 from __future__ import annotations
 
-import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,8 +42,9 @@ from torch.utils.data import Dataset
 
 from fedhet.algorithms.base import Algorithm, ClientContext, ClientState, ServerState
 from fedhet.algorithms.registry import register
+from fedhet.config import TrainConfig
 from fedhet.engine.aggregation import average, client_weights
-from fedhet.engine.local import TrainStats, make_optimizer, train_local
+from fedhet.engine.local import TrainStats
 from fedhet.engine.messages import Message, Reply
 from fedhet.engine.params import StateDict, state_of
 from fedhet.errors import ConfigError
@@ -101,7 +102,8 @@ class Scaffold(Algorithm):
 
     # ------------------------------------------------------------------ client side
     def local_train(self, model: SplitModel, msg: Message, state: ClientState, ctx: ClientContext,
-                    dataset: Dataset | None = None) -> TrainStats:
+                    dataset: Dataset | None = None, train_cfg: TrainConfig | None = None,
+                    after_backward: Callable[[], None] | None = None) -> TrainStats:
         """Local SGD whose gradient is corrected by (c - c_i) after every backward pass."""
         c_i = state.get("c") or self._zeros()
         params = dict(model.named_parameters())
@@ -112,15 +114,7 @@ class Scaffold(Algorithm):
                 if params[k].grad is not None:
                     params[k].grad.add_(corr)
 
-        opt = make_optimizer(model.parameters(), self.train_cfg)
-        if self.train_cfg.persist_optimizer and "optim" in state:
-            opt.load_state_dict(state["optim"])
-        stats = train_local(model, ctx.data.train if dataset is None else dataset, self.train_cfg, ctx.device,
-                            loss_fn=lambda m, x, y: self.loss(m, x, y, ctx), optimizer=opt,
-                            after_backward=correct, where=f"{self.name} client {ctx.client_id} round {ctx.round}")
-        if self.train_cfg.persist_optimizer:
-            state["optim"] = copy.deepcopy(opt.state_dict())
-        return stats
+        return super().local_train(model, msg, state, ctx, dataset, train_cfg, after_backward=correct)
 
     def fit(self, msg: Message, state: ClientState, ctx: ClientContext) -> tuple[Message, ClientState]:
         state = dict(state)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -55,3 +56,16 @@ def load_partial(model: nn.Module, state: StateDict) -> None:
     with torch.no_grad():
         for k, v in state.items():
             own[k].copy_(v)
+
+
+@contextmanager
+def frozen(params: Iterable[nn.Parameter]) -> Iterator[None]:
+    """Set requires_grad=False on the given parameters for the block, then restore their flags."""
+    saved = [(p, p.requires_grad) for p in params]
+    for p, _ in saved:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, flag in saved:
+            p.requires_grad_(flag)

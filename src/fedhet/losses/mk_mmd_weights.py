@@ -1,0 +1,179 @@
+"""MK-MMD kernel-weight selection (Gretton et al. 2012 NeurIPS, "Optimal kernel choice"; Ditto-MMD §3.3, Eq. 1).
+
+Per-kernel full quadratic statistics on paired samples x, y (n x d each), h_u as in `fedhet.losses.mmd.h_matrix`:
+
+    d_u   = (1/n^2)      sum_{s,t} h_u(s,t)                                  (all n x n pairs, diagonal included)
+    Q_uv  = (1/(n^2-1))  sum_{s,t} (h_u(s,t) - d_u)(h_v(s,t) - d_v)          (ditto_mmd.md §2.3, FL4Health form)
+
+and the test-power QP (Eq. 1 approximated):  min_beta beta^T (Q + lambda_m I) beta  s.t.  beta^T d = 1, beta >= 0.
+
+The QP is solved exactly as a least-distance program via NNLS (Lawson & Hanson 1974, Ch. 23): with
+Q + lambda_m I = L L^T and z = L^T beta it is  min ||z||  s.t.  G z >= h,  G = [L^-T; d^T L^-T], h = [0; 1]
+(the equality may be relaxed to beta^T d >= 1 because the objective is 2-homogeneous: it is tight at the optimum),
+then polished on the active set: beta_S = A_SS^-1 d_S / (d_S^T A_SS^-1 d_S), zero elsewhere, if that satisfies KKT.
+
+lambda_m: the spec's QP form beta^T (Q + lambda_m I) beta with lambda_m = 1e-5. FL4Health passes 2Q + lambda_m I to
+a solver of (1/2) beta^T P beta, i.e. an effective lambda_m / 2; pass lambda_m=5e-6 to reproduce the code exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+import scipy.optimize
+import torch
+from torch import Tensor
+
+from fedhet.losses.kernels import pairwise_sq_dists
+
+DEFAULT_LAMBDA_M = 1e-5
+
+
+class BetaQPError(ValueError):
+    """The beta QP could not be solved (infeasible or numerically broken)."""
+
+
+def _h_row_blocks(x: Tensor, y: Tensor, gammas: Tensor, block_rows: int) -> Iterator[Tensor]:
+    """Row blocks (K, b, n) of h_u(s, t) for rows s of one block, all t."""
+    g = gammas.reshape(-1, 1, 1)
+    for a in range(0, x.shape[0], block_rows):
+        xs, ys = x[a : a + block_rows], y[a : a + block_rows]
+        yield (
+            torch.exp(-pairwise_sq_dists(xs, x).unsqueeze(0) / g)
+            + torch.exp(-pairwise_sq_dists(ys, y).unsqueeze(0) / g)
+            - torch.exp(-pairwise_sq_dists(xs, y).unsqueeze(0) / g)
+            - torch.exp(-pairwise_sq_dists(ys, x).unsqueeze(0) / g)
+        )
+
+
+def mk_mmd_statistics(x: Tensor, y: Tensor, gammas: Tensor, max_block_elems: int = 2**22) -> tuple[Tensor, Tensor]:
+    """(d, Q): per-kernel full quadratic MMD^2 estimates (K,) and their covariance (K, K), in float64, no grad.
+
+    x, y: paired samples (n, d), n >= 2 (features are used as given: normalise before calling if wanted).
+    Memory is bounded by processing rows of the n x n pair grid in blocks of about `max_block_elems` values.
+    """
+    if x.shape != y.shape or x.dim() != 2:
+        raise ValueError(f"MK-MMD needs paired 2-d samples of equal shape, got {tuple(x.shape)}, {tuple(y.shape)}")
+    n = x.shape[0]
+    if n < 2:
+        raise ValueError(f"MK-MMD statistics need at least 2 samples, got {n}")
+    with torch.no_grad():
+        x, y = x.detach().double(), y.detach().double()
+        g = gammas.detach().to(device=x.device, dtype=torch.float64)
+        k = g.numel()
+        rows = max(1, max_block_elems // (k * n))
+        total = torch.zeros(k, dtype=torch.float64, device=x.device)
+        for h in _h_row_blocks(x, y, g, rows):
+            total += h.sum(dim=(1, 2))
+        d = total / (n * n)
+        q = torch.zeros(k, k, dtype=torch.float64, device=x.device)
+        for h in _h_row_blocks(x, y, g, rows):
+            c = (h - d.reshape(-1, 1, 1)).reshape(k, -1)
+            q += c @ c.T
+        q /= n * n - 1.0
+    return d, q
+
+
+def _ldp_beta(a: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """min beta^T A beta s.t. d^T beta >= 1, beta >= 0 as a least-distance program solved by NNLS."""
+    k = d.size
+    try:
+        chol = np.linalg.cholesky(a)
+        l_inv_t = scipy.linalg.solve_triangular(chol, np.eye(k), lower=True).T  # L^-T
+    except np.linalg.LinAlgError as e:
+        raise BetaQPError(f"beta QP: Q + lambda_m I is not positive definite ({e})") from e
+    g = np.vstack([l_inv_t, d @ l_inv_t])  # (K+1, K): constraints G z >= h
+    h = np.zeros(k + 1)
+    h[-1] = 1.0
+    e = np.vstack([g.T, h])  # (K+1, K+1): LDP -> NNLS (Lawson & Hanson, Alg. 23.27)
+    u, _ = scipy.optimize.nnls(e, h, maxiter=50 * (k + 1))
+    r = e @ u - h
+    if not np.all(np.isfinite(r)) or abs(r[-1]) < 1e-14:
+        raise BetaQPError("beta QP: least-distance program reported infeasible")
+    return l_inv_t @ (-r[:k] / r[-1])
+
+
+def _polish(a: np.ndarray, d: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """Re-solve the KKT system on the support of `beta` (exact zeros off it); keep `beta` if that fails KKT."""
+    s = beta > 1e-10 * beta.max()
+    if not np.any(d[s] > 0):
+        return beta
+    try:
+        w = np.linalg.solve(a[np.ix_(s, s)], d[s])
+    except np.linalg.LinAlgError:
+        return beta
+    out = np.zeros_like(beta)
+    out[s] = w / (d[s] @ w)
+    grad = a @ out - (out @ a @ out) * d  # KKT: >= 0 everywhere, = 0 on the support
+    if np.all(out[s] > 0) and np.all(grad >= -1e-9 * np.abs(a @ out).max()):
+        return out
+    return beta
+
+
+def solve_beta_qp(d: np.ndarray, q: np.ndarray, lambda_m: float = DEFAULT_LAMBDA_M) -> np.ndarray:
+    """Exact minimiser of beta^T (Q + lambda_m I) beta s.t. beta^T d = 1, beta >= 0 (not normalised).
+
+    Solved on a rescaled problem (d / max|d|, A / max diag A; the minimiser only rescales) by the NNLS-based
+    least-distance program, then polished by an equality-constrained solve on the found support.
+    Raises BetaQPError when no entry of d is positive (infeasible) or the solve breaks down numerically.
+    """
+    d = np.asarray(d, dtype=np.float64).reshape(-1)
+    q = np.asarray(q, dtype=np.float64)
+    if not np.all(np.isfinite(d)) or not np.all(np.isfinite(q)):
+        raise BetaQPError("beta QP: non-finite d or Q")
+    if not np.any(d > 0):
+        raise BetaQPError("beta QP infeasible: no positive entry in d")
+    a = 0.5 * (q + q.T) + lambda_m * np.eye(d.size)
+    d_scale = np.abs(d).max()
+    dn, an = d / d_scale, a / np.diag(a).max()
+    beta = _polish(an, dn, _ldp_beta(an, dn)) / d_scale
+    if not np.all(np.isfinite(beta)):
+        raise BetaQPError("beta QP: non-finite solution")
+    return beta
+
+
+def fallback_beta(d: np.ndarray, q: np.ndarray, lambda_m: float = DEFAULT_LAMBDA_M) -> np.ndarray:
+    """One-hot beta on argmax_u d_u / (Q_uu + lambda_m): Gretton et al.'s single-kernel choice when no d_u > 0."""
+    d = np.asarray(d, dtype=np.float64).reshape(-1)
+    ratio = d / (np.diag(np.asarray(q, dtype=np.float64)) + lambda_m)
+    beta = np.zeros_like(d)
+    beta[int(np.argmax(ratio))] = 1.0
+    return beta
+
+
+@dataclass(frozen=True)
+class BetaFit:
+    """Outcome of one weight fit. `beta` is what MK-MMD uses (>= 0, sums to 1).
+
+    method: "qp" (QP solved; `raw_beta` is its solution, beta^T d = 1), "fallback" (no d_u > 0: one-hot),
+    "kept" (QP failed: previous beta kept) or "fixed" (weights not learned).
+    """
+
+    beta: Tensor
+    method: str
+    d: Tensor | None = None
+    q: Tensor | None = None
+    raw_beta: Tensor | None = None
+
+
+def _as_tensor(a: np.ndarray) -> Tensor:
+    return torch.as_tensor(a, dtype=torch.float64)
+
+
+def fit_beta(d: Tensor, q: Tensor, previous: Tensor, lambda_m: float = DEFAULT_LAMBDA_M) -> BetaFit:
+    """Spec §2.3 update: QP, clamp at 0, renormalise to sum 1; one-hot fallback if no d_u > 0; keep on failure."""
+    dn, qn = d.detach().cpu().double().numpy(), q.detach().cpu().double().numpy()
+    if not np.any(dn > 0):
+        return BetaFit(_as_tensor(fallback_beta(dn, qn, lambda_m)), "fallback", d, q)
+    try:
+        raw = solve_beta_qp(dn, qn, lambda_m)
+    except BetaQPError:
+        return BetaFit(previous.detach().double().cpu().clone(), "kept", d, q)
+    clamped = np.clip(raw, 0.0, None)
+    total = clamped.sum()
+    if not np.isfinite(total) or total <= 0:
+        return BetaFit(previous.detach().double().cpu().clone(), "kept", d, q)
+    return BetaFit(_as_tensor(clamped / total), "qp", d, q, _as_tensor(raw))
