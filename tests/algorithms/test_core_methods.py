@@ -97,3 +97,15 @@ def test_all_scales_local_steps_by_client_count() -> None:
     c.extra["num_clients"] = 3
     model = alg.client_model(alg.broadcast(alg.init_server(), 1, 0), {})
     assert alg.local_train(model, alg.broadcast(alg.init_server(), 1, 0), {}, c).steps == 3
+
+
+def test_persisted_optimizer_state_is_not_mutated_by_the_next_fit() -> None:
+    alg = make("fedavg")
+    alg.train_cfg.momentum, alg.train_cfg.persist_optimizer = 0.9, True
+    server = alg.init_server()
+    _, first = alg.fit(alg.broadcast(server, 1, 0), {}, ctx(0))
+    before = {k: v["momentum_buffer"].clone() for k, v in first["optim"]["state"].items()}
+    _, second = alg.fit(alg.broadcast(server, 2, 0), first, ctx(0))
+    for k, buf in before.items():
+        assert torch.equal(first["optim"]["state"][k]["momentum_buffer"], buf)
+        assert not torch.equal(second["optim"]["state"][k]["momentum_buffer"], buf)

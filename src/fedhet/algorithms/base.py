@@ -144,7 +144,7 @@ class Algorithm:
         cfg = train_cfg or self.train_cfg
         opt = make_optimizer(model.parameters(), cfg)
         if cfg.persist_optimizer and "optim" in state:
-            opt.load_state_dict(state["optim"])
+            opt.load_state_dict(copy.deepcopy(state["optim"]))  # torch aliases the loaded buffers
         stats = train_local(model, ctx.data.train if dataset is None else dataset, cfg, ctx.device,
                             loss_fn=lambda m, x, y: self.loss(m, x, y, ctx), optimizer=opt,
                             after_backward=after_backward,

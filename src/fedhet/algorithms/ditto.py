@@ -139,7 +139,7 @@ class Ditto(Algorithm):
         cfg = self.train_cfg
         opt_w, opt_v = make_optimizer(model.parameters(), cfg), make_optimizer(personal.parameters(), cfg)
         if cfg.persist_optimizer and "optim" in state:
-            opt_w.load_state_dict(state["optim"])
+            opt_w.load_state_dict(copy.deepcopy(state["optim"]))  # torch aliases the loaded buffers
         model.train()
         personal.train()
         where = f"{self.name} client {ctx.client_id} round {ctx.round}"

@@ -240,7 +240,7 @@ class FRAug(Algorithm):
         lam_s = lambda_syn(ctx.round, rounds, p.lambda_syn_rate)
         opt = make_optimizer(model.parameters(), cfg)
         if cfg.persist_optimizer and "optim" in state:
-            opt.load_state_dict(state["optim"])
+            opt.load_state_dict(copy.deepcopy(state["optim"]))  # torch aliases the loaded buffers
         aux = [torch.optim.SGD(net.parameters(), lr=lr, momentum=p.aux_momentum)
                for net, lr in ((gen, p.eta_g), (rt, p.eta_m)) if net is not None]
         model.train()

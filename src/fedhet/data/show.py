@@ -74,13 +74,13 @@ def plot_partition(fed: FederatedData, path: str | Path, split: str = "train") -
     title = f"{fed.dataset}: {fed.partition} partition"
     if fed.generated_domains:
         title += f" (generated: {', '.join(fed.generated_domains)})"
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9)
     ax.tick_params(axis="x", rotation=45)
     if fed.num_classes <= 20:
         ax.legend(fontsize=7, ncol=2, bbox_to_anchor=(1.01, 1), loc="upper left")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return path
