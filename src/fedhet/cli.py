@@ -114,6 +114,35 @@ def _cmd_methods(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_flower(args: argparse.Namespace) -> int:
+    """Flower runtime: simulate (simulation engine), deploy (local SuperLink + SuperNodes), app (App folder)."""
+    from fedhet.config import load_config
+    from fedhet.engine.loop import run_dir_for
+    from fedhet.runtimes.flower import require_flower
+
+    require_flower()
+    cfg = load_config(*_config_and_overrides(args))
+    run_dir = Path(args.run_dir) if args.run_dir else run_dir_for(cfg)
+    if args.action == "simulate":
+        from fedhet.runtimes.flower.simulation import run_flower_simulation
+
+        _print_final(run_flower_simulation(cfg, run_dir, num_cpus=args.num_cpus, progress=not args.quiet).final)
+    elif args.action == "deploy":
+        from fedhet.runtimes.flower.deploy import deploy_experiment
+
+        deploy_experiment(cfg, run_dir, workdir=args.workdir, port=args.port)
+    else:
+        from fedhet.runtimes.flower.deploy import write_flower_app
+
+        config = cfg.to_dict()
+        config["run"]["runtime"] = "flower"
+        app = write_flower_app(args.workdir or "flower-app", config, run_dir)
+        print(f"Flower App: {app}\nrun it with: flwr run {app} <superlink-connection> --stream")
+        return 0
+    print(f"results: {run_dir}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedhet", description="Federated learning under data heterogeneity.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -150,6 +179,17 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("overrides", nargs="*")
     data.add_argument("--plot", default=None, help="write a PNG of the partition here")
     data.set_defaults(func=_cmd_data)
+
+    flower = sub.add_parser("flower", help="run on Flower: simulate | deploy (local SuperLink + SuperNodes) | app")
+    flower.add_argument("action", choices=["simulate", "deploy", "app"])
+    flower.add_argument("config", nargs="?")
+    flower.add_argument("overrides", nargs="*")
+    flower.add_argument("--run-dir", default=None, help="where the ServerApp writes results (default: runs/NAME/...)")
+    flower.add_argument("--workdir", default=None, help="deploy: Flower logs and FLWR_HOME; app: the App folder")
+    flower.add_argument("--port", type=int, default=None, help="deploy: SuperLink port (default: a free one)")
+    flower.add_argument("--num-cpus", type=int, default=None, help="simulate: CPUs given to Ray")
+    flower.add_argument("-q", "--quiet", action="store_true")
+    flower.set_defaults(func=_cmd_flower)
 
     methods = sub.add_parser("methods", help="list the registered methods")
     methods.set_defaults(func=_cmd_methods)

@@ -8,12 +8,15 @@ be bit-identical; the comparisons are exact (`==` on the metrics.jsonl rows).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # read when flwr is imported
 pytest.importorskip("flwr")
 
 from flwr.app import Context, RecordDict  # noqa: E402
@@ -38,6 +41,18 @@ BASE = ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={widt
 
 def cfg(*extra: str):
     return load_config(None, BASE + list(extra))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def private_flower_home(tmp_path_factory):
+    """Flower writes FLWR_HOME (default ~/.flwr: a telemetry id, config.toml); keep the real home untouched."""
+    real = Path.home() / ".flwr"
+    before = sorted(real.rglob("*")) if real.exists() else None
+    with pytest.MonkeyPatch.context() as mp:
+        home = tmp_path_factory.mktemp("flwr-home")
+        mp.setenv("FLWR_HOME", str(home))
+        yield home
+    assert (sorted(real.rglob("*")) if real.exists() else None) == before
 
 
 @pytest.fixture
@@ -182,3 +197,41 @@ def test_deployment_matches_inprocess(tmp_path) -> None:
     assert (tmp_path / "work" / "flwr-home" / "config.toml").is_file()  # Flower's files stay in the private home
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["rounds_completed"] == 3
+
+
+def test_cli_writes_a_valid_flower_app(tmp_path) -> None:
+    """`fedhet flower app` writes an App folder Flower accepts, whose run config carries the experiment."""
+    import tomli
+    from flwr.cli.config_utils import load_and_validate
+
+    from fedhet.cli import main
+    from fedhet.runtimes.flower.app import FlowerSettings
+
+    overrides = BASE + ["method=fedbn"]
+    args = ["flower", "app", *overrides, "--workdir", str(tmp_path / "app"), "--run-dir", str(tmp_path / "r")]
+    assert main(args) == 0
+    config, warnings = load_and_validate(tmp_path / "app" / "pyproject.toml")
+    assert config is not None, warnings
+    run_config = tomli.loads((tmp_path / "app" / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    settings = FlowerSettings.from_run_config(run_config)
+    assert settings.run_dir == str((tmp_path / "r").resolve())
+    expected = cfg("method=fedbn").to_dict()
+    expected["run"]["runtime"] = "flower"
+    assert settings.config == expected
+
+
+def test_local_federation_stops_its_processes_even_on_error(tmp_path) -> None:
+    """Every process the federation started (SuperLink, SuperNodes, their children) is gone after an error."""
+    from fedhet.runtimes.flower.deploy import LocalFederation
+
+    federation = LocalFederation(1, tmp_path)
+    with pytest.raises(RuntimeError, match="boom"):
+        with federation:
+            pids = [p.pid for p in federation.procs]
+            assert len(pids) == 2
+            raise RuntimeError("boom")
+    assert federation.procs == []
+    for pid in pids:  # no process is left in the groups they led
+        assert subprocess.run(["pgrep", "-g", str(pid)], capture_output=True).returncode == 1, pid
+    config = (tmp_path / "flwr-home" / "config.toml").read_text()
+    assert f'address = "127.0.0.1:{federation.port}"' in config and "insecure = true" in config

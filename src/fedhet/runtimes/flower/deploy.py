@@ -65,7 +65,7 @@ class LocalFederation:
         self.flwr_home = self.workdir / "flwr-home"
         self.logs = self.workdir / "logs"
         self.procs: list[subprocess.Popen] = []
-        self.env = {**os.environ, "FLWR_HOME": str(self.flwr_home),
+        self.env = {"FLWR_TELEMETRY_ENABLED": "0", **os.environ, "FLWR_HOME": str(self.flwr_home),
                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
     @property
@@ -201,8 +201,8 @@ def deploy_experiment(cfg: ExperimentConfig, run_dir: str | Path, workdir: str |
                       port: int | None = None, timeout: float = 3600.0) -> Path:
     """Run `cfg` on a fresh local SuperLink + one SuperNode per client; returns the run directory.
 
-    Everything Flower writes (logs, FLWR_HOME) goes to `workdir` (default: a temporary folder, kept only
-    when the run fails)."""
+    Everything Flower writes (the App folder, logs, FLWR_HOME with config.toml and the installed FAB) goes to
+    `workdir` (default: a new temporary folder, left in place for its logs)."""
     from fedhet.data import build_federated_data
 
     run_dir = Path(run_dir).resolve()
