@@ -19,6 +19,7 @@ import yaml
 from fedhet.errors import ConfigError, nearest
 
 T = TypeVar("T")
+RUNTIMES = ("inprocess", "flower", "flower-simulation")
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -152,6 +153,9 @@ class RunConfig:
 
     def validate(self) -> None:
         _check(self.checkpoint_every >= 1, "run.checkpoint_every must be >= 1")
+        _check(self.runtime in RUNTIMES,
+               f"run.runtime must be one of {', '.join(RUNTIMES)}{nearest(self.runtime, RUNTIMES)}, "
+               f"got '{self.runtime}'")
         _check(self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:"),
                f"run.device must be cpu, cuda or auto, got '{self.device}'")
 

@@ -39,7 +39,7 @@ from torch import nn
 from fedhet.algorithms.base import Algorithm, ClientContext, ClientState
 from fedhet.algorithms.fedprox import proximal_term
 from fedhet.algorithms.registry import register
-from fedhet.engine.local import TrainStats, batches, check_finite, cross_entropy, make_optimizer, train_local
+from fedhet.engine.local import TrainStats, batches, cross_entropy, make_optimizer, optimizer_step, train_local
 from fedhet.engine.messages import Message
 from fedhet.engine.params import state_of
 from fedhet.errors import ConfigError
@@ -145,22 +145,13 @@ class Ditto(Algorithm):
         where = f"{self.name} client {ctx.client_id} round {ctx.round}"
         total, steps, seen = 0.0, 0, 0
         for x, y in batches(ctx.data.train, cfg, device=ctx.device):
-            total += self._step(model, opt_w, self.loss(model, x, y, ctx), where)
-            self._step(personal, opt_v, self.personal_loss(personal, reference, x, y, ctx), where + " (personal)")
+            total += optimizer_step(model, opt_w, self.loss(model, x, y, ctx), where, cfg.grad_clip)
+            optimizer_step(personal, opt_v, self.personal_loss(personal, reference, x, y, ctx), where + " (personal)",
+                           cfg.grad_clip)
             steps, seen = steps + 1, seen + len(y)
         if cfg.persist_optimizer:
             state["optim"] = copy.deepcopy(opt_w.state_dict())
         return TrainStats(loss=total / max(steps, 1), steps=steps, examples=seen)
-
-    def _step(self, model: nn.Module, opt: torch.optim.Optimizer, loss: torch.Tensor, where: str) -> float:
-        """One optimizer step on `loss` (NaN guard and grad clipping as in train_local)."""
-        check_finite(loss, where)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.train_cfg.grad_clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), self.train_cfg.grad_clip)
-        opt.step()
-        return float(loss.detach())
 
     def deploy_model(self, msg: Message, state: ClientState, ctx: ClientContext) -> nn.Module:
         """The personal model v (the received global model for a client that has not trained yet)."""

@@ -55,7 +55,7 @@ from torch import nn
 
 from fedhet.algorithms.base import Algorithm, ClientContext, ClientState, ServerState
 from fedhet.algorithms.registry import register
-from fedhet.engine.local import batches, check_finite, make_optimizer
+from fedhet.engine.local import batches, check_finite, make_optimizer, optimizer_step
 from fedhet.engine.messages import Message
 from fedhet.engine.params import BN_TYPES, keys_of_types, state_of
 from fedhet.errors import ConfigError
@@ -258,7 +258,8 @@ class FRAug(Algorithm):
                     res = self.residual(gen, rt, z, y)
                     res_c = self.residual(gen, rt, z2, labels_c) if len(labels_c) else None
                 loss = loss + self.synthetic_loss(model.head, u, y, res, protos, labels_c, res_c, lam_s)
-            self._step(model, opt, loss, f"{self.name} client {ctx.client_id} round {ctx.round}")
+            optimizer_step(model, opt, loss, f"{self.name} client {ctx.client_id} round {ctx.round}",
+                           self.train_cfg.grad_clip)
             if aug:
                 u2 = u.detach() if p.stage2_features == "reuse" else self._features_keep_bn(model, x)
                 totals[1:] += self._stage2(model.head, gen, rt, aux, u2, y, z, z2, protos, labels_c, lam_s)
@@ -284,14 +285,6 @@ class FRAug(Algorithm):
         zeros = self.params.proto_init == "zeros"
         return (torch.zeros(self.num_classes, dim, device=device),
                 torch.full((self.num_classes,), zeros, dtype=torch.bool, device=device))
-
-    def _step(self, model: nn.Module, opt: torch.optim.Optimizer, loss: torch.Tensor, where: str) -> None:
-        check_finite(loss, where)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.train_cfg.grad_clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), self.train_cfg.grad_clip)
-        opt.step()
 
     @staticmethod
     @torch.no_grad()

@@ -71,6 +71,20 @@ def cross_entropy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.T
     return nn.functional.cross_entropy(model(x), y)
 
 
+def optimizer_step(model: nn.Module, opt: torch.optim.Optimizer, loss: torch.Tensor, where: str,
+                   grad_clip: float | None = None, after_backward: Callable[[], None] | None = None) -> float:
+    """One optimizer step on `loss`: NaN guard, backward, optional gradient edit and clipping, step."""
+    check_finite(loss, where)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if after_backward is not None:
+        after_backward()
+    if grad_clip is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    return float(loss.detach())
+
+
 @dataclass
 class TrainStats:
     """What a local training pass reports back."""
@@ -89,16 +103,7 @@ def train_local(model: nn.Module, dataset: Dataset, cfg: TrainConfig, device: to
     opt = optimizer if optimizer is not None else make_optimizer(model.parameters(), cfg, lr)
     total, steps, seen = 0.0, 0, 0
     for x, y in batches(dataset, cfg, device=device):
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model, x, y)
-        check_finite(loss, where)
-        loss.backward()
-        if after_backward is not None:
-            after_backward()
-        if cfg.grad_clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        total += float(loss.detach())
+        total += optimizer_step(model, opt, loss_fn(model, x, y), where, cfg.grad_clip, after_backward)
         steps += 1
         seen += len(y)
     return TrainStats(loss=total / max(steps, 1), steps=steps, examples=seen)

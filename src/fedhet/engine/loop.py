@@ -173,6 +173,8 @@ class RoundLoop:
 def run_experiment(cfg: ExperimentConfig, run_dir: str | Path | None = None, resume: bool = False,
                    stop_after: int | None = None, progress: bool = True) -> RunResult:
     """Run (or resume) one experiment in-process and write its run directory."""
+    if cfg.run.runtime != "inprocess":
+        raise FedhetError(f"run.runtime={cfg.run.runtime}: start Flower runs with `fedhet flower simulate|deploy`")
     exp = build_experiment(cfg)
     loop = RoundLoop(exp, Path(run_dir) if run_dir else run_dir_for(cfg), progress=progress)
     if resume:
