@@ -97,3 +97,25 @@ def test_nan_loss_stops_with_checkpoint(tmp_path) -> None:
         run_experiment(c, tmp_path / "r")
     payload = weights(tmp_path / "r")
     assert all(torch.isfinite(v).all() for v in payload["server"]["global"].values() if v.is_floating_point())
+
+
+def test_interrupt_after_aggregation_rolls_back_the_partial_round(tmp_path, monkeypatch) -> None:
+    c = cfg("rounds=4", "method=fedbn")
+    run_experiment(c, tmp_path / "straight")
+    from fedhet.engine import loop as loop_module
+
+    original = loop_module.RoundLoop.evaluate_round
+
+    def interrupt_while_evaluating_round_3(self: RoundLoop, rnd: int) -> float:
+        acc = original(self, rnd)  # round 3 is trained, aggregated and its metric rows appended ...
+        if rnd == 3:
+            raise KeyboardInterrupt  # ... then the run is stopped before the round is committed
+        return acc
+
+    monkeypatch.setattr(loop_module.RoundLoop, "evaluate_round", interrupt_while_evaluating_round_3)
+    with pytest.raises(Interrupted, match="after round 2"):
+        run_experiment(c, tmp_path / "split")
+    assert max(r["round"] for r in weights(tmp_path / "split")["metrics"]) == 2
+    monkeypatch.setattr(loop_module.RoundLoop, "evaluate_round", original)
+    run_experiment(c, tmp_path / "split", resume=True)
+    assert_same_run(tmp_path / "straight", tmp_path / "split")

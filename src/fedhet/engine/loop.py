@@ -126,11 +126,13 @@ class RoundLoop:
         bar = tqdm(total=cfg.rounds, initial=self.round, desc=f"{cfg.method}/{cfg.data.dataset}/s{cfg.seed}",
                    disable=not self.progress, unit="round", dynamic_ncols=True, leave=True)
         acc = math.nan
+        committed = (self.server, self.clients.get_states(), len(self.metrics))
         try:
             with _sigterm_as_interrupt():
                 while self.round < last:
                     start = time.perf_counter()
                     rnd = self.round + 1
+                    committed = (self.server, self.clients.get_states(), len(self.metrics))
                     self.train_round(rnd)
                     evaluated = rnd % cfg.eval.every == 0 or rnd == cfg.rounds
                     if evaluated:
@@ -145,17 +147,25 @@ class RoundLoop:
                     bar.set_postfix(acc=f"{acc:.3f}")
         except KeyboardInterrupt as err:
             bar.close()
+            self._rollback(committed)
             self.checkpoint()
             raise Interrupted(f"interrupted after round {self.round}; checkpoint written to "
                               f"{self.dir.latest_checkpoint}. Continue with --resume.") from err
         except TrainingDivergedError:
             bar.close()
+            self._rollback(committed)
             self.checkpoint()  # the state after the last completed (finite) round
             log.error("training diverged in round %d; the checkpoint of round %d is in %s",
                       self.round + 1, self.round, self.dir.latest_checkpoint)
             raise
         bar.close()
         return self.finish()
+
+    def _rollback(self, committed: tuple) -> None:
+        """Undo a partly done round (server, client states, metric rows), so a checkpoint is consistent."""
+        self.server, states, n_rows = committed
+        self.clients.set_states(states)
+        del self.metrics[n_rows:]
 
     def finish(self) -> RunResult:
         final_round = max((r["round"] for r in self.metrics), default=0)
