@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from fedhet.engine.atomic import atomic_write
 from fedhet.errors import DatasetNotFoundError
 
 Sample = tuple  # (domain, class_name, image) or (domain, class_name, image, split)
@@ -54,17 +55,13 @@ def need_root(dataset: str, domain: str, what: str) -> DatasetNotFoundError:
 
 
 def write_npz_atomic(path: Path, **arrays: np.ndarray) -> Path:
-    """`np.savez` to a temporary file beside `path`, then `os.replace` it into place (no partial npz)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
+    """`np.savez` to a temporary file beside `path`, then moved into place atomically (no partial npz)."""
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
             np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+
+    return atomic_write(path, write)
 
 
 def _image_array(image: Any) -> np.ndarray:

@@ -2,38 +2,55 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Replace `path` with `data` so that readers see the old file or the new one, never a partial one."""
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success it is fsynced and replaces `path`, on error removed,
+    so readers see the old file or the new one, never a partial one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
+        yield Path(tmp)
+        with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
+def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], None]) -> Path:
+    """Call `write(tmp_path)` and move the result to `path` atomically."""
+    with atomic_path(path) as tmp:
+        write(tmp)
+    return Path(path)
 
 
-def atomic_torch_save(obj: Any, path: str | Path) -> None:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Replace `path` with `data` atomically."""
+    return atomic_write(path, lambda tmp: tmp.write_bytes(data))
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Replace `path` with UTF-8 `text` atomically."""
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> Path:
     """torch.save, atomically."""
     buf = io.BytesIO()
     torch.save(obj, buf)
-    atomic_write_bytes(path, buf.getvalue())
+    return atomic_write_bytes(path, buf.getvalue())

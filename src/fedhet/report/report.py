@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from fedhet.report._io import atomic_write_text
+from fedhet.engine.atomic import atomic_write_text
 from fedhet.report.plot import plot_curves
 from fedhet.report.runs import RunRecord, load_runs
 from fedhet.report.table import Reference, make_table, to_csv, to_markdown

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fedhet.engine.atomic import atomic_write_text
 from fedhet.errors import FedhetError
-from fedhet.report._io import atomic_write_text
 from fedhet.report.runs import RunRecord
 
 AVG = "avg"
