@@ -69,7 +69,7 @@ class Algorithm:
         self.num_classes = num_classes
         self.device = device
         self._template = model_fn().to(device)
-        self._workspace: SplitModel | None = None
+        self._spares: dict[str, SplitModel] = {}
         self.server_opt = ServerOptimizer(server)
         self._shared = self.shared_keys(self._template)
         self._init_state = state_of(self._template)
@@ -78,6 +78,13 @@ class Algorithm:
     def new_model(self) -> SplitModel:
         """A fresh copy of the (seeded) initial model on the run's device."""
         return copy.deepcopy(self._template)
+
+    def spare_model(self, slot: str) -> SplitModel:
+        """A model object reused across calls and clients for `slot` (e.g. "workspace", "reference"): built once
+        from the initial model; callers load every weight they rely on before use."""
+        if slot not in self._spares:
+            self._spares[slot] = self.new_model()
+        return self._spares[slot]
 
     def shared_keys(self, model: nn.Module) -> set[str]:
         """State-dict keys that are communicated and averaged. FedAvg: all parameters and buffers."""
@@ -101,9 +108,7 @@ class Algorithm:
 
     def client_model(self, msg: Message, state: ClientState) -> SplitModel:
         """The client's working model for this round: a reused workspace (valid until the next call)."""
-        if self._workspace is None:
-            self._workspace = self.new_model()
-        return self.assemble(self._workspace, msg, state)  # type: ignore[return-value]
+        return self.assemble(self.spare_model("workspace"), msg, state)  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ server side
     def init_server(self) -> ServerState:

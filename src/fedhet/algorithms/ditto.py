@@ -75,26 +75,17 @@ class Ditto(Algorithm):
                 raise ConfigError("ditto: personal_epochs applies to schedule global_then_personal only; "
                                   "with tandem, v takes one step per step of w")
 
-    _spares: dict[str, SplitModel] | None = None  # reused model buffers: "reference", "personal"
-
-    def _spare(self, slot: str) -> SplitModel:
-        if self._spares is None:
-            self._spares = {}
-        if slot not in self._spares:
-            self._spares[slot] = self.new_model()
-        return self._spares[slot]
-
     # ------------------------------------------------------------------ the personal objective
     def reference_model(self, model: nn.Module) -> SplitModel:
         """A frozen copy of `model` (the round-start global model w^t), in eval mode, without gradients."""
-        reference = self._spare("reference")
+        reference = self.spare_model("reference")
         reference.load_state_dict(model.state_dict())
         reference.eval().requires_grad_(False)
         return reference
 
     def personal_model(self, state: ClientState, fallback: nn.Module) -> SplitModel:
         """The client's personal model v, loaded from its state (before its first round: `fallback`'s weights)."""
-        personal = self._spare("personal")
+        personal = self.spare_model("personal")
         personal.load_state_dict(state["personal"] if "personal" in state else fallback.state_dict())
         return personal
 
@@ -157,4 +148,4 @@ class Ditto(Algorithm):
         """The personal model v (the received global model for a client that has not trained yet)."""
         if "personal" not in state:
             return self.client_model(msg, state)
-        return self.personal_model(state, self._spare("personal"))
+        return self.personal_model(state, self.spare_model("personal"))

@@ -92,7 +92,6 @@ class Moon(Algorithm):
         dim = params.projection_dim
         build = model_fn if dim is None else (lambda: ProjectedModel(model_fn(), dim))
         super().__init__(params, build, *args, **kwargs)
-        self._frozen: dict[str, SplitModel] = {}  # reused workspaces for the global and previous models
 
     def represent(self, model: SplitModel, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(z, features u): z = projection(u) when the model has a projection head, else u."""
@@ -101,9 +100,7 @@ class Moon(Algorithm):
         return (proj(u) if proj is not None else u), u
 
     def _frozen_model(self, slot: str, weights: dict[str, torch.Tensor]) -> SplitModel:
-        if slot not in self._frozen:
-            self._frozen[slot] = self.new_model().requires_grad_(False)
-        model = self._frozen[slot]
+        model = self.spare_model(slot).requires_grad_(False)
         load_partial(model, weights)
         return model.eval()
 
@@ -128,5 +125,5 @@ class Moon(Algorithm):
 
     def fit(self, msg: Message, state: ClientState, ctx: ClientContext) -> tuple[Message, ClientState]:
         reply, state = super().fit(msg, state, ctx)
-        state["prev"] = state_of(self._workspace)  # type: ignore[arg-type]  # the model fit just trained
+        state["prev"] = state_of(self.spare_model("workspace"))  # type: ignore[arg-type]  # the model fit just trained
         return reply, state

@@ -150,9 +150,7 @@ class PartialFed(Algorithm):
 
     def fit(self, msg: Message, state: ClientState, ctx: ClientContext) -> tuple[Message, ClientState]:
         state = dict(state)
-        if self._workspace is None:
-            self._workspace = self.new_model()
-        model = self._workspace
+        model = self.spare_model("workspace")
         local = state.get("local")
         chosen: set[str] = set()
         if local is not None and self.params.variant == "fix":
@@ -169,9 +167,8 @@ class PartialFed(Algorithm):
 
     def deploy_model(self, msg: Message, state: ClientState, ctx: ClientContext) -> nn.Module:
         """The client's model after its last local training (the received global model before that)."""
-        if self._workspace is None:
-            self._workspace = self.new_model()
-        self._mix(self._workspace, msg.arrays, {}, set())
+        model = self.spare_model("workspace")
+        self._mix(model, msg.arrays, {}, set())
         if "local" in state:
-            load_partial(self._workspace, state["local"])
-        return self._workspace
+            load_partial(model, state["local"])
+        return model

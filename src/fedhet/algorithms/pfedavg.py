@@ -64,7 +64,6 @@ class PFedAvg(Algorithm):
             if self.finetune_lr is not None and not self.finetune_lr > 0:
                 raise ConfigError(f"finetune_lr must be > 0 (or null for train.lr), got {self.finetune_lr}")
 
-    _scratch: SplitModel | None = None  # reused buffer for deployed models (like the base's workspace)
 
     def finetune(self, model: SplitModel, ctx: ClientContext) -> TrainStats:
         """Fine-tune `model` in place on the client's training split (the personalization step)."""
@@ -78,9 +77,8 @@ class PFedAvg(Algorithm):
 
     def deploy_model(self, msg: Message, state: ClientState, ctx: ClientContext) -> nn.Module:
         """The received model (+ local part) fine-tuned on a scratch copy; `state` is left untouched."""
-        if self._scratch is None:
-            self._scratch = self.new_model()
-        model = self.assemble(self._scratch, msg, state)  # loads every key, so nothing leaks between clients
+        # assemble loads every key, so nothing leaks between clients
+        model = self.assemble(self.spare_model("scratch"), msg, state)
         if self.params.finetune_epochs > 0:
             self.finetune(model, ctx)  # type: ignore[arg-type]
         return model
