@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import yaml
 from fedhet.errors import ConfigError, nearest
 
 T = TypeVar("T")
+LOCAL_OPTIMIZERS = ("sgd", "adam", "adamw")
 RUNTIMES = ("inprocess", "flower", "flower-simulation")
 
 
@@ -87,7 +89,7 @@ class TrainConfig:
     local_epochs: int = 1
     local_steps: int | None = None  # if set, overrides local_epochs: this many mini-batches per round
     batch_size: int = 32
-    optimizer: str = "sgd"  # sgd | adam
+    optimizer: str = "sgd"  # sgd | adam | adamw (decoupled weight decay, Loshchilov & Hutter)
     lr: float = 0.01
     momentum: float = 0.5
     weight_decay: float = 0.0
@@ -101,8 +103,8 @@ class TrainConfig:
         _check(self.batch_size >= 1, f"train.batch_size must be >= 1, got {self.batch_size}")
         _check(0.0 <= self.momentum < 1.0, f"train.momentum must be in [0, 1), got {self.momentum}")
         _check(self.weight_decay >= 0, "train.weight_decay must be >= 0")
-        _check(self.optimizer in ("sgd", "adam"),
-               f"train.optimizer must be sgd or adam{nearest(self.optimizer, ['sgd', 'adam'])}")
+        _check(self.optimizer in LOCAL_OPTIMIZERS, f"train.optimizer must be one of {', '.join(LOCAL_OPTIMIZERS)}"
+               f"{nearest(self.optimizer, LOCAL_OPTIMIZERS)}, got '{self.optimizer}'")
         _check(self.grad_clip is None or self.grad_clip > 0, "train.grad_clip must be > 0")
 
 
@@ -167,6 +169,7 @@ class ExperimentConfig:
     name: str = "experiment"
     method: str = "fedavg"
     method_args: dict[str, Any] = field(default_factory=dict)
+    label: str = ""  # name of this variant in run dirs and report columns (e.g. an ablation); default: method
     seed: int = 0
     rounds: int = 50
     data: DataConfig = field(default_factory=DataConfig)
@@ -179,12 +182,19 @@ class ExperimentConfig:
 
     def validate(self) -> None:
         _check(self.rounds >= 1, f"rounds must be >= 1, got {self.rounds}")
+        _check(re.fullmatch(r"[A-Za-z0-9_.+-]*", self.label) is not None,
+               f"label may hold only letters, digits and _ . + - (it names a folder), got {self.label!r}")
         _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         for section in (self.data, self.train, self.server, self.eval, self.run):
             section.validate()
 
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(dataclasses.asdict(self))
+
+    @property
+    def variant(self) -> str:
+        """The label shown in run dirs and reports: `label` when set, else the method name."""
+        return self.label or self.method
 
 
 def _to_plain(obj: Any) -> Any:
@@ -291,21 +301,49 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     return parsed
 
 
+def _read_config_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    """The YAML mapping of `path` with its `extends` chain resolved (base first, then this file)."""
+    if not path.is_file():
+        where = f" (extended by '{seen[-1]}')" if seen else ""
+        raise ConfigError(f"config file '{path}'{where} not found; see configs/ for examples")
+    if path.resolve() in seen:
+        raise ConfigError(f"config file '{path}' extends itself through: {' -> '.join(map(str, seen))}")
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file '{path}' is not valid YAML: {err}") from err
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file '{path}' must hold a mapping at the top level")
+    parent = loaded.pop("extends", None)
+    if parent is None:
+        return loaded
+    if not isinstance(parent, str):
+        raise ConfigError(f"config file '{path}': extends must be a file path, got {parent!r}")
+    tree = _read_config_tree(path.parent / parent, (*seen, path.resolve()))
+    _deep_merge(tree, loaded)
+    return tree
+
+
+def _deep_merge(tree: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Merge `extra` into `tree`: nested dicts key by key, anything else replaced."""
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(tree.get(key), dict):
+            _deep_merge(tree[key], value)
+        else:
+            tree[key] = value
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
                 base: dict[str, Any] | None = None) -> ExperimentConfig:
-    """Read a YAML config (or start from `base`), apply overrides, validate and return it."""
+    """Read a YAML config (or start from `base`), apply overrides, validate and return it.
+
+    A file may start from another one with `extends: <path relative to this file>`: the other file is read
+    first (it may extend a third) and this file's values are merged into it key by key, so a table's config
+    names only what differs from its base (e.g. `sweep`).
+    """
     tree: dict[str, Any] = dict(base or {})
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file '{path}' not found; see configs/ for examples")
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"config file '{path}' is not valid YAML: {err}") from err
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file '{path}' must hold a mapping at the top level")
-        tree.update(loaded)
+        _deep_merge(tree, _read_config_tree(Path(path), ()))
     for key, value in parse_overrides(overrides or []):
         set_path(tree, key, value)
     cfg = from_dict(ExperimentConfig, tree)

@@ -51,3 +51,36 @@ def test_override_without_equals_is_an_error() -> None:
 def test_missing_config_file(tmp_path) -> None:
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_extends_merges_into_the_base_file(tmp_path) -> None:
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "b.yaml").write_text("name: b\nrounds: 7\ntrain: {lr: 0.5, batch_size: 8}\n"
+                                             "sweep: {methods: [fedavg], seeds: [0, 1]}\n")
+    (tmp_path / "t.yaml").write_text("extends: base/b.yaml\ntrain: {lr: 0.1}\nsweep: {methods: [fedbn]}\n")
+    cfg = load_config(tmp_path / "t.yaml", ["rounds=3"])
+    assert (cfg.name, cfg.rounds, cfg.train.lr, cfg.train.batch_size) == ("b", 3, 0.1, 8)
+    assert cfg.sweep == {"methods": ["fedbn"], "seeds": [0, 1]}
+
+
+@pytest.mark.parametrize("text, match", [
+    ("extends: nowhere.yaml\n", r"nowhere.yaml' \(extended by"),
+    ("extends: t.yaml\n", "extends itself"),
+    ("extends: [a]\n", "extends must be a file path"),
+])
+def test_bad_extends_is_one_clear_error(tmp_path, text, match) -> None:
+    (tmp_path / "t.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        load_config(tmp_path / "t.yaml")
+
+
+def test_adamw_is_a_local_optimizer() -> None:
+    import torch
+
+    from fedhet.engine.local import make_optimizer
+
+    cfg = load_config(None, ["train.optimizer=adamw", "train.weight_decay=0.01"])
+    opt = make_optimizer([torch.nn.Parameter(torch.ones(2))], cfg.train)
+    assert isinstance(opt, torch.optim.AdamW) and opt.defaults["weight_decay"] == 0.01
+    with pytest.raises(ConfigError, match="did you mean 'adamw'"):
+        load_config(None, ["train.optimizer=adamww"])

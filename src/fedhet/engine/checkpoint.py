@@ -17,7 +17,7 @@ from fedhet.engine.atomic import atomic_torch_save
 from fedhet.errors import CheckpointError
 
 FORMAT = 1
-IGNORED_SECTIONS = ("run", "name", "sweep")  # do not change results, so a resumed run may alter them
+IGNORED_SECTIONS = ("run", "name", "label", "sweep")  # do not change results; a resumed run may alter them
 
 
 def fingerprint(config: dict[str, Any]) -> str:

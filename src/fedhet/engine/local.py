@@ -19,11 +19,13 @@ LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 
 def make_optimizer(params: Iterator[nn.Parameter] | list, cfg: TrainConfig, lr: float | None = None
                    ) -> torch.optim.Optimizer:
-    """SGD (with momentum / weight decay) or Adam, from the train config."""
+    """SGD (with momentum / weight decay), Adam (L2 weight decay) or AdamW (decoupled), from the train config."""
     lr = cfg.lr if lr is None else lr
     params = [p for p in params if p.requires_grad]
     if cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay)
     return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 

@@ -42,8 +42,8 @@ class RunResult:
 
 
 def run_dir_for(cfg: ExperimentConfig) -> Path:
-    """runs/<name>/<dataset>/<method>/seed<k> unless the name already makes it unique."""
-    return Path(cfg.run.out_dir) / cfg.name / cfg.data.dataset / cfg.method / f"seed{cfg.seed}"
+    """runs/<name>/<dataset>/<label or method>/seed<k>."""
+    return Path(cfg.run.out_dir) / cfg.name / cfg.data.dataset / cfg.variant / f"seed{cfg.seed}"
 
 
 @contextmanager
@@ -171,9 +171,10 @@ class RoundLoop:
         final_round = max((r["round"] for r in self.metrics), default=0)
         final = {r["client"]: {k: r[k] for k in ("accuracy", "balanced_accuracy", "loss")}
                  for r in self.metrics if r["round"] == final_round and r["split"] in ("test", "pooled")}
-        summary = {"name": self.cfg.name, "method": self.cfg.method, "dataset": self.cfg.data.dataset,
-                   "seed": self.cfg.seed, "rounds": self.cfg.rounds, "rounds_completed": self.round,
-                   "personalized": self.alg.personalized, "final": final, "wall_time_s": self.elapsed,
+        summary = {"name": self.cfg.name, "method": self.cfg.method, "label": self.cfg.variant,
+                   "dataset": self.cfg.data.dataset, "seed": self.cfg.seed, "rounds": self.cfg.rounds,
+                   "rounds_completed": self.round, "personalized": self.alg.personalized, "final": final,
+                   "wall_time_s": self.elapsed,
                    "round_time_s": self.elapsed / max(self.round, 1), "device": str(self.exp.device)}
         if self.round >= self.cfg.rounds:
             self.dir.write_summary(summary)

@@ -18,7 +18,7 @@ from fedhet.errors import ConfigError, nearest
 
 log = logging.getLogger(__name__)
 
-SWEEP_KEYS = ("methods", "seeds", "datasets", "overrides")
+SWEEP_KEYS = ("methods", "variants", "seeds", "datasets", "overrides")
 
 
 @dataclass
@@ -33,27 +33,41 @@ class SweepPlan:
 
 def plan_sweep(cfg: ExperimentConfig, methods: list[str] | None = None, seeds: list[int] | None = None,
                datasets: list[str] | None = None) -> SweepPlan:
-    """Expand `cfg.sweep` (methods, seeds, datasets, per-method `overrides`) into one config per run.
+    """Expand `cfg.sweep` (methods, variants, seeds, datasets, per-method `overrides`) into one config per run.
 
     `overrides` maps a method name to a nested dict merged into that method's config (e.g. its
     `method_args` or `train` settings), so each method keeps its own tuned hyperparameters.
+    `variants` maps a label to a nested dict merged like an override, which may set `method` (default: the
+    config's `method`); each variant runs under its label (run dir, report column), e.g. ablations of one method:
+    `variants: {fraug_no_ema: {method: fraug, method_args: {use_ema: false}}}`. A method's `overrides` apply
+    to its variants too, before the variant's own settings. `methods` given here (the CLI's --methods) may
+    name variants.
     """
     spec = dict(cfg.sweep)
     for key in spec:
         if key not in SWEEP_KEYS:
             raise ConfigError(f"unknown sweep key '{key}'{nearest(key, SWEEP_KEYS)}; valid: {', '.join(SWEEP_KEYS)}")
-    methods = methods or spec.get("methods") or [cfg.method]
+    variants: dict[str, Any] = spec.get("variants") or {}
+    if not isinstance(variants, dict) or not all(isinstance(v, dict) for v in variants.values()):
+        raise ConfigError("sweep.variants must map a label to a dict of settings, e.g. {fraug_no_ema: "
+                          "{method: fraug, method_args: {use_ema: false}}}")
+    if methods is None:
+        methods = list(spec.get("methods") or ([] if variants else [cfg.method])) + list(variants)
     seeds = seeds if seeds is not None else spec.get("seeds") or [cfg.seed]
     datasets = datasets or spec.get("datasets") or [cfg.data.dataset]
     overrides: dict[str, Any] = spec.get("overrides") or {}
     base = cfg.to_dict()
     base["sweep"] = {}
     configs = []
-    for dataset, method, seed in itertools.product(datasets, methods, seeds):
+    for dataset, entry, seed in itertools.product(datasets, methods, seeds):
+        variant = variants.get(entry)
+        method = str(variant.get("method", cfg.method)) if variant is not None else entry
         tree = copy.deepcopy(base)
-        tree.update(method=method, seed=int(seed))
+        tree.update(method=method, seed=int(seed), label=entry if variant is not None else base.get("label", ""))
         tree["data"]["dataset"] = dataset
         _merge(tree, overrides.get(method, {}))
+        if variant is not None:
+            _merge(tree, {k: v for k, v in variant.items() if k != "method"})
         one = from_dict(ExperimentConfig, tree)
         one.validate()
         configs.append(one)

@@ -46,7 +46,7 @@ def plot_curves(
     """
     groups: dict[str, dict[str, list[RunRecord]]] = {}
     for run in runs:
-        label = run.method if by == "method" else (run.name or run.method)
+        label = run.label if by == "method" else (run.name or run.label)
         groups.setdefault(run.dataset, {}).setdefault(label, []).append(run)
     n = max(len(groups), 1)
     cols = min(n, 3)

@@ -44,6 +44,7 @@ class RunRecord:
     rounds_completed: int | None = None
     wall_time_s: float | None = None
     name: str | None = None
+    label: str = ""  # the variant's label (config `label`); the method name when the run has none
     rounds: int | None = None  # planned rounds (config.yaml)
     config: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
@@ -180,6 +181,7 @@ def load_run(path: str | os.PathLike[str]) -> RunRecord:
         rounds_completed=opt_int(summary.get("rounds_completed")),
         wall_time_s=float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool) else None,
         name=str(config["name"]) if config.get("name") is not None else None,
+        label=str(summary.get("label") or config.get("label") or summary["method"]),
         rounds=opt_int(config.get("rounds")),
         config=config,
         summary=summary,

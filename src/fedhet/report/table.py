@@ -97,11 +97,12 @@ def make_table(
     by: str = "method",
     reference_dataset: str | None = None,
 ) -> Table:
-    """Group runs by (dataset, method) and summarise each client's final `metric` over seeds.
+    """Group runs by (dataset, method label) and summarise each client's final `metric` over seeds.
 
     Cells hold the mean and the *sample* standard deviation (ddof=1, NaN when n=1) over the runs (seeds) of a
     group, with n. Rows are clients in order of first appearance, then "avg"; columns are methods in order of
-    first appearance. `by="name"` groups by the config's `name` instead of `method` (e.g. to tell apart
+    first appearance; a run's column is its variant label (`RunRecord.label`, the method name unless the
+    config set `label`). `by="name"` groups by the config's `name` instead of `method` (e.g. to tell apart
     variants of one method). `reference` adds published numbers: {client: {method: (mean, std) or mean}},
     given as printed in papers (i.e. in % for accuracy metrics); each becomes a column "<method> (paper)"
     next to the measured one and takes part in no "best" comparison. It is added to every dataset's table, or
@@ -113,7 +114,7 @@ def make_table(
         raise FedhetError("make_table: no runs given")
     groups: dict[str, dict[str, list[RunRecord]]] = {}
     for run in runs:
-        label = run.method if by == "method" else (run.name or run.method)
+        label = run.label if by == "method" else (run.name or run.label)
         groups.setdefault(run.dataset, {}).setdefault(label, []).append(run)
 
     scale = 100.0 if is_percent(metric) else 1.0

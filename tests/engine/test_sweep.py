@@ -1,0 +1,62 @@
+"""Sweeps: methods x variants x seeds expand to one config per run; variants run and report under their label."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedhet.config import ExperimentConfig, from_dict
+from fedhet.engine.sweep import plan_sweep, run_sweep
+from fedhet.errors import ConfigError
+from fedhet.report.runs import load_runs
+from fedhet.report.table import make_table
+
+TINY = {"data": {"dataset": "offline_digits", "max_test_per_client": 20},
+        "model": {"name": "small_cnn", "args": {"width": 8}}, "rounds": 1, "train": {"local_steps": 1}}
+
+
+def _cfg(tmp_path, sweep: dict) -> ExperimentConfig:
+    cfg = from_dict(ExperimentConfig, {**TINY, "name": "sw", "sweep": sweep, "run": {"out_dir": str(tmp_path)}})
+    cfg.validate()
+    return cfg
+
+
+def test_variants_expand_with_labels_and_merged_settings(tmp_path) -> None:
+    plan = plan_sweep(_cfg(tmp_path, {
+        "methods": ["fedbn"], "seeds": [0, 1],
+        "overrides": {"fraug": {"method_args": {"beta": 2.0}}},
+        "variants": {"fraug_no_ema": {"method": "fraug", "method_args": {"use_ema": False}},
+                     "fedbn_noisy": {"method": "fedbn", "data": {"input_noise_std": 0.1}}}}))
+    got = [(c.method, c.variant, c.seed) for c in plan.configs]
+    assert got == [("fedbn", "fedbn", 0), ("fedbn", "fedbn", 1), ("fraug", "fraug_no_ema", 0),
+                   ("fraug", "fraug_no_ema", 1), ("fedbn", "fedbn_noisy", 0), ("fedbn", "fedbn_noisy", 1)]
+    no_ema = plan.configs[2]
+    assert no_ema.method_args == {"beta": 2.0, "use_ema": False}  # method override, then the variant
+    assert plan.configs[4].data.input_noise_std == 0.1 and plan.configs[0].data.input_noise_std == 0.0
+    dirs = plan.run_dirs()
+    assert len(set(dirs)) == len(dirs) and dirs[2].parts[-2] == "fraug_no_ema"
+
+
+def test_cli_selection_may_name_a_variant(tmp_path) -> None:
+    cfg = _cfg(tmp_path, {"methods": ["fedavg"], "variants": {"v1": {"method": "fedbn"}}})
+    assert [c.variant for c in plan_sweep(cfg, methods=["v1"]).configs] == ["v1"]
+
+
+@pytest.mark.parametrize("sweep, match", [
+    ({"variant": {}}, "did you mean 'variants'"),
+    ({"variants": {"v": 3}}, "sweep.variants must map a label"),
+    ({"variants": {"a/b": {"method": "fedavg"}}}, "label may hold only"),
+])
+def test_bad_sweep_is_one_clear_error(tmp_path, sweep, match) -> None:
+    with pytest.raises(ConfigError, match=match):
+        plan_sweep(_cfg(tmp_path, sweep))
+
+
+def test_variant_runs_report_under_their_label(tmp_path) -> None:
+    plan = plan_sweep(_cfg(tmp_path, {"methods": ["fedavg"],
+                                      "variants": {"fedavg_lr_small": {"train": {"lr": 0.001}}}}))
+    run_sweep(plan, progress=False)
+    runs = load_runs(tmp_path)
+    assert sorted(r.label for r in runs) == ["fedavg", "fedavg_lr_small"]
+    assert {r.method for r in runs} == {"fedavg"}
+    table = make_table(runs).datasets[0]
+    assert table.columns == ["fedavg", "fedavg_lr_small"]
