@@ -32,6 +32,7 @@ from fedhet.engine.atomic import atomic_write_text
 from fedhet.engine.experiment import Experiment, build_experiment
 from fedhet.engine.messages import Reply
 from fedhet.engine.seeding import seeded
+from fedhet.engine.sweep import plan_sweep
 from fedhet.models import build_model, count_params_and_macs
 from fedhet.models.fraug_nets import Generator, RTNet
 
@@ -68,8 +69,8 @@ class _GenOnZ(torch.nn.Module):
 
 
 def _experiment(cfg: ExperimentConfig, method: str) -> Experiment:
-    one = load_config(None, base={**cfg.to_dict(), "method": method, "method_args": {}, "sweep": {}})
-    return build_experiment(one)
+    """The experiment of `method` as the config's sweep would run it (with its per-method overrides)."""
+    return build_experiment(plan_sweep(cfg, methods=[method], seeds=[cfg.seed]).configs[0])
 
 
 def _fit_once(exp: Experiment, server: Any, states: dict[int, Any], rnd: int) -> tuple[Any, dict[int, Any]]:
@@ -109,7 +110,8 @@ def main() -> None:
     exps = {m: _experiment(cfg, m) for m in ("fedbn", "fraug")}
     flops = {m: flops_per_step(e, steps) for m, e in exps.items()}
     result: dict[str, Any] = {
-        "config": args.config, "local_steps": steps, "batch_size": cfg.train.batch_size,
+        "config": args.config, "fraug_args": exps["fraug"].config.method_args, "local_steps": steps,
+        "batch_size": cfg.train.batch_size,
         "flops_per_local_step": flops, "fraug_extra_flops_percent": 100 * (flops["fraug"] / flops["fedbn"] - 1),
         "table4": table4([("Digits (paper: 32 px)", "digits_cnn", 32, 10),
                           ("Digits (CPU runs: 28 px)", "digits_cnn", 28, 10),
