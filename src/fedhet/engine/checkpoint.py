@@ -18,11 +18,16 @@ from fedhet.errors import CheckpointError
 
 FORMAT = 1
 IGNORED_SECTIONS = ("run", "name", "label", "sweep")  # do not change results; a resumed run may alter them
+# Fault-tolerance settings: they change nothing while every client answers, a resumed run may alter them, and
+# leaving them out keeps the fingerprints of checkpoints written before they existed.
+IGNORED_SERVER_KEYS = ("min_fit_fraction", "min_evaluate_fraction", "reply_timeout")
 
 
 def fingerprint(config: dict[str, Any]) -> str:
     """A hash of every config value that influences the results."""
     relevant = {k: v for k, v in config.items() if k not in IGNORED_SECTIONS}
+    if isinstance(relevant.get("server"), dict):
+        relevant["server"] = {k: v for k, v in relevant["server"].items() if k not in IGNORED_SERVER_KEYS}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
