@@ -126,17 +126,21 @@ def _cmd_flower(args: argparse.Namespace) -> int:
     if args.action == "simulate":
         from fedhet.runtimes.flower.simulation import run_flower_simulation
 
-        _print_final(run_flower_simulation(cfg, run_dir, num_cpus=args.num_cpus, progress=not args.quiet).final)
+        _print_final(run_flower_simulation(cfg, run_dir, num_cpus=args.num_cpus, cpus_per_client=args.cpus_per_client,
+                                           progress=not args.quiet, resume=args.resume,
+                                           stop_after=args.stop_after).final)
     elif args.action == "deploy":
         from fedhet.runtimes.flower.deploy import deploy_experiment
 
-        deploy_experiment(cfg, run_dir, workdir=args.workdir, port=args.port)
+        deploy_experiment(cfg, run_dir, workdir=args.workdir, port=args.port, resume=args.resume,
+                          stop_after=args.stop_after, tls_dir=args.tls_dir)
     else:
         from fedhet.runtimes.flower.deploy import write_flower_app
 
         config = cfg.to_dict()
         config["run"]["runtime"] = "flower"
-        app = write_flower_app(args.workdir or "flower-app", config, run_dir)
+        app = write_flower_app(args.workdir or "flower-app", config, run_dir, resume=args.resume,
+                               stop_after=args.stop_after or 0)
         print(f"Flower App: {app}\nrun it with: flwr run {app} <superlink-connection> --stream")
         return 0
     print(f"results: {run_dir}")
@@ -188,6 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
     flower.add_argument("--workdir", default=None, help="deploy: Flower logs and FLWR_HOME; app: the App folder")
     flower.add_argument("--port", type=int, default=None, help="deploy: SuperLink port (default: a free one)")
     flower.add_argument("--num-cpus", type=int, default=None, help="simulate: CPUs given to Ray")
+    flower.add_argument("--cpus-per-client", type=float, default=1.0,
+                        help="simulate: CPUs reserved per ClientApp actor (actors = num-cpus / this)")
+    flower.add_argument("--resume", action="store_true", help="simulate / deploy: continue from the run's checkpoint")
+    flower.add_argument("--stop-after", type=int, default=None, help="stop (with a checkpoint) after this round")
+    flower.add_argument("--tls-dir", default=None,
+                        help="deploy: TLS with DIR/ca.crt, server.pem, server.key (self-signed ones are written "
+                             "for 127.0.0.1 if DIR has none)")
     flower.add_argument("-q", "--quiet", action="store_true")
     flower.set_defaults(func=_cmd_flower)
 

@@ -21,7 +21,7 @@ from fedhet.errors import ConfigError, nearest
 
 T = TypeVar("T")
 LOCAL_OPTIMIZERS = ("sgd", "adam", "adamw")
-RUNTIMES = ("inprocess", "flower", "flower-simulation")
+RUNTIMES = ("inprocess", "batched", "flower", "flower-simulation")
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -120,9 +120,18 @@ class ServerConfig:
     momentum: float = 0.0
     betas: tuple[float, float] = (0.9, 0.99)
     eps: float = 1e-3  # FedAdam's tau (Reddi et al. 2021)
+    # Flower runtimes only (the in-process runtime has no lost or failed replies); see docs/flower.md "Faults"
+    min_fit_fraction: float = 1.0  # share of the sampled clients whose fit replies must arrive valid, else stop
+    min_evaluate_fraction: float | None = None  # the same for evaluation replies (None: min_fit_fraction)
+    reply_timeout: float = 3600.0  # seconds to wait for the replies of one message wave (train / evaluate)
 
     def validate(self) -> None:
         _check(0.0 < self.fraction_fit <= 1.0, f"server.fraction_fit must be in (0, 1], got {self.fraction_fit}")
+        _check(0.0 < self.min_fit_fraction <= 1.0,
+               f"server.min_fit_fraction must be in (0, 1], got {self.min_fit_fraction}")
+        _check(self.min_evaluate_fraction is None or 0.0 < self.min_evaluate_fraction <= 1.0,
+               f"server.min_evaluate_fraction must be in (0, 1] or null, got {self.min_evaluate_fraction}")
+        _check(self.reply_timeout > 0, f"server.reply_timeout must be > 0 seconds, got {self.reply_timeout}")
         _check(self.aggregation in ("weighted", "uniform"), "server.aggregation must be weighted or uniform")
         _check(self.optimizer in ("sgd", "adam"), "server.optimizer must be sgd or adam")
         _check(self.lr > 0, f"server.lr must be > 0, got {self.lr}")
@@ -152,9 +161,15 @@ class RunConfig:
     runtime: str = "inprocess"
     num_threads: int | None = None  # torch intra-op threads (None: torch default)
     quiet: bool = False
+    # runtime `batched` (docs/runtimes_batched.md): clients per vectorized chunk, and the memory budget of a chunk
+    batched_max_clients: int | None = None  # None: as many as the memory budget allows
+    batched_memory_mb: float | None = None  # None: 70% of free CUDA memory, or 25% of RAM on CPU
 
     def validate(self) -> None:
         _check(self.checkpoint_every >= 1, "run.checkpoint_every must be >= 1")
+        _check(self.batched_max_clients is None or self.batched_max_clients >= 1,
+               "run.batched_max_clients must be >= 1")
+        _check(self.batched_memory_mb is None or self.batched_memory_mb > 0, "run.batched_memory_mb must be > 0")
         _check(self.runtime in RUNTIMES,
                f"run.runtime must be one of {', '.join(RUNTIMES)}{nearest(self.runtime, RUNTIMES)}, "
                f"got '{self.runtime}'")

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,6 @@ from fedhet.engine.messages import Message  # noqa: E402
 from fedhet.runtimes.flower import client as flower_client  # noqa: E402
 from fedhet.runtimes.flower.records import (  # noqa: E402
     from_content,
-    state_from_bytes,
     to_content,
 )
 from fedhet.runtimes.flower.server import FlowerRoundLoop  # noqa: E402
@@ -92,20 +92,26 @@ class LoopbackGrid:
                                           node_config={"partition-id": i, "num-partitions": num_nodes})
                          for i in range(num_nodes)}
         self.sent: list[str] = []
+        self.replies: dict[str, FlowerMessage] = {}
 
     def get_node_ids(self) -> list[int]:
         return list(self.contexts)
 
-    def send_and_receive(self, messages, *, timeout=None) -> list[FlowerMessage]:
+    def push_messages(self, messages) -> list[str]:
         handlers = {"train": flower_client.handle_train, "evaluate": flower_client.handle_evaluate,
                     "query": flower_client.handle_query}
-        replies = []
-        for msg in reversed(list(messages)):  # any arrival order must do
+        ids = []
+        for msg in messages:
+            msg.metadata.__dict__["_message_id"] = msg_id = uuid.uuid4().hex
             node = msg.metadata.dst_node_id
             self.sent.append(msg.metadata.message_type)
-            reply = handlers[msg.metadata.message_type](msg, self.contexts[node], self.config)
-            replies.append(reply)
-        return replies
+            self.replies[msg_id] = handlers[msg.metadata.message_type](msg, self.contexts[node], self.config)
+            ids.append(msg_id)
+        return ids
+
+    def pull_messages(self, message_ids) -> list[FlowerMessage]:
+        # any arrival order must do
+        return [self.replies.pop(i) for i in reversed(list(message_ids)) if i in self.replies]
 
 
 @pytest.mark.parametrize("method,extra", [("fedbn", []), ("ditto", ["server.fraction_fit=0.5"])])
@@ -122,11 +128,11 @@ def test_adapter_matches_inprocess_and_keeps_client_state(tmp_path, task_identit
     expected = torch.load(tmp_path / "inprocess" / "checkpoints" / "latest.pt", weights_only=False)["clients"]
     for node, context in grid.contexts.items():
         cid = node - 100
-        record = context.state.config_records.get(flower_client.STATE_KEY)
+        rounds = flower_client.stored_rounds(context)
         if not expected[cid]:  # never sampled (ditto, fraction 0.5): no state yet, none on the node either
-            assert record is None
+            assert rounds == []
             continue
-        state = state_from_bytes(record["state"])
+        state = flower_client.stored_state(context, rounds[-1])
         keys = {"local"} | ({"personal"} if method == "ditto" else set())
         assert keys <= set(state)
         for part in keys:
@@ -135,27 +141,32 @@ def test_adapter_matches_inprocess_and_keeps_client_state(tmp_path, task_identit
                 assert torch.equal(state[part][key], value), (cid, part, key)
     # the state matters: FedBN's BN statistics on a node differ from the initial model's
     if method == "fedbn":
-        state = state_from_bytes(grid.contexts[100].state.config_records[flower_client.STATE_KEY]["state"])
+        state = flower_client.stored_state(grid.contexts[100], 3)
         running = [k for k in state["local"] if k.endswith("running_mean")]
         assert running and not torch.equal(state["local"][running[0]], torch.zeros_like(state["local"][running[0]]))
 
 
 def test_state_dir_restores_a_restarted_node(tmp_path, task_identity) -> None:
-    """With node config `state-dir`, a node that lost its context.state (restart) reloads the state from disk."""
+    """With node config `state-dir`, a node that lost its context.state (restart) reloads the state from disk;
+    the server's state-round decides which round's state a client uses."""
     c = cfg("method=fedbn")
     exp = build_experiment(c)
+    setup = flower_client.ClientSetup(config=c.to_dict(), run_dir=str(tmp_path / "run"))
     context = Context(run_id=1, node_id=1, state=RecordDict(), run_config={},
                       node_config={"partition-id": 2, "num-partitions": 4, "state-dir": str(tmp_path)})
     server = exp.algorithm.init_server()
     msg = FlowerMessage(to_content(exp.algorithm.broadcast(server, 1, 2), round=1, client=2), dst_node_id=1,
                         message_type="train")
-    flower_client.handle_train(msg, context, c.to_dict())
-    saved = state_from_bytes(context.state.config_records[flower_client.STATE_KEY]["state"])
+    flower_client.handle_train(msg, context, setup)
+    saved = flower_client.stored_state(context, 1)
     fresh = Context(run_id=1, node_id=1, state=RecordDict(), run_config={}, node_config=context.node_config)
-    restored = flower_client.load_state(fresh, exp, 2)
-    assert (tmp_path / "client_2.pt").is_file()
+    restored = flower_client.load_state(fresh, exp, setup, 2, 1)
+    assert (tmp_path / flower_client.run_key(setup) / "client_2" / "round_1.pt").is_file()
     for key, value in saved["local"].items():
         assert torch.equal(restored["local"][key], value)
+    assert flower_client.load_state(fresh, exp, setup, 2, 0) == exp.algorithm.init_client(2)  # round 0: initial
+    with pytest.raises(Exception, match="no state of round 2"):
+        flower_client.load_state(fresh, exp, setup, 2, 2)
 
 
 def test_simulation_matches_inprocess(tmp_path) -> None:
@@ -222,16 +233,23 @@ def test_cli_writes_a_valid_flower_app(tmp_path) -> None:
 
 def test_local_federation_stops_its_processes_even_on_error(tmp_path) -> None:
     """Every process the federation started (SuperLink, SuperNodes, their children) is gone after an error."""
-    from fedhet.runtimes.flower.deploy import LocalFederation
+    from fedhet.runtimes.flower.deploy import LocalFederation, descendants
 
     federation = LocalFederation(1, tmp_path)
     with pytest.raises(RuntimeError, match="boom"):
         with federation:
             pids = [p.pid for p in federation.procs]
             assert len(pids) == 2
+            deadline = time.monotonic() + 60  # the SuperLink starts its SuperExec in a session of its own
+            while not descendants(pids[0]) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            family = {d for pid in pids for d in descendants(pid)}
+            assert family
             raise RuntimeError("boom")
     assert federation.procs == []
     for pid in pids:  # no process is left in the groups they led
         assert subprocess.run(["pgrep", "-g", str(pid)], capture_output=True).returncode == 1, pid
+    for pid in family:  # nor any process they started, in whatever group
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], pid
     config = (tmp_path / "flwr-home" / "config.toml").read_text()
     assert f'address = "127.0.0.1:{federation.port}"' in config and "insecure = true" in config

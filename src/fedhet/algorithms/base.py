@@ -53,6 +53,27 @@ class ClientContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PersonalStep:
+    """A personal model v trained beside the global one (Ditto, Li et al. 2021, Alg. 1): local SGD on
+    CE(v(x), y) + (lam/2)||v - w^t||^2, w^t the received model. `tandem`: one step of v after each step of w on
+    the same batch; else the w pass, then a v pass of `train`'s local work on a fresh batch stream."""
+
+    lam: float
+    tandem: bool
+    train: TrainConfig
+
+
+@dataclass(frozen=True)
+class BatchedStep:
+    """A method's local training as data, for `run.runtime=batched` (runtimes/batched): `local_train` with the
+    train config's optimizer on CE + (prox_mu/2)||w - w^t||^2 over the trainable parameters (w^t: the model at
+    the start of the round), then `reply` and the local keys kept as in `fit`; plus `personal` (Ditto)."""
+
+    prox_mu: float = 0.0
+    personal: PersonalStep | None = None
+
+
 class Algorithm:
     """FedAvg (McMahan et al. 2017) as the default behaviour of every hook; subclasses override a few."""
 
@@ -174,6 +195,11 @@ class Algorithm:
     def deploy_model(self, msg: Message, state: ClientState, ctx: ClientContext) -> nn.Module:
         """The model this client would deploy: received shared part + its local part."""
         return self.client_model(msg, state)
+
+    def batched_step(self) -> BatchedStep | None:
+        """The local step for the batched runtime, or None: it cannot be batched. Only a class that defines
+        this method itself is batched (an inherited declaration does not count: a subclass may change the step)."""
+        return None
 
     def evaluate(self, msg: Message, state: ClientState, ctx: ClientContext, dataset: Dataset) -> dict[str, float]:
         """Metrics of the deployed model on one of the client's splits."""

@@ -36,9 +36,10 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from fedhet.algorithms.base import Algorithm, ClientContext, ClientState
+from fedhet.algorithms.base import Algorithm, BatchedStep, ClientContext, ClientState, PersonalStep
 from fedhet.algorithms.fedprox import proximal_term
 from fedhet.algorithms.registry import register
+from fedhet.config import TrainConfig
 from fedhet.engine.local import TrainStats, batches, cross_entropy, make_optimizer, optimizer_step, train_local
 from fedhet.engine.messages import Message
 from fedhet.engine.params import state_of
@@ -116,10 +117,20 @@ class Ditto(Algorithm):
         state["personal"] = state_of(personal)
         return self.reply(model, stats), state
 
+    def personal_train_config(self) -> TrainConfig:
+        """The local work of the v pass: `personal_epochs` epochs, or (None) the train config's."""
+        epochs = self.params.personal_epochs
+        return self.train_cfg if epochs is None else replace(self.train_cfg, local_epochs=epochs, local_steps=None)
+
+    def batched_step(self) -> BatchedStep:
+        """w: FedAvg's step; v: the personal objective with its own (fresh) optimizer. Only for this class:
+        a subclass that extends `personal_loss` (Ditto + MMD) is not batched."""
+        return BatchedStep(personal=PersonalStep(lam=self.params.lam, tandem=self.params.schedule == "tandem",
+                                                 train=self.personal_train_config()))
+
     def train_personal(self, personal: SplitModel, reference: SplitModel, ctx: ClientContext) -> TrainStats:
         """The v pass of schedule global_then_personal."""
-        epochs = self.params.personal_epochs
-        cfg = self.train_cfg if epochs is None else replace(self.train_cfg, local_epochs=epochs, local_steps=None)
+        cfg = self.personal_train_config()
         return train_local(personal, ctx.data.train, cfg, ctx.device,
                            loss_fn=lambda m, x, y: self.personal_loss(m, reference, x, y, ctx),  # type: ignore
                            where=f"{self.name} personal model, client {ctx.client_id} round {ctx.round}")

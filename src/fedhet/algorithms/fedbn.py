@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import Algorithm, BatchedStep
 from fedhet.algorithms.registry import register
 from fedhet.engine.params import BN_TYPES, keys_of_types
 
@@ -22,3 +22,8 @@ class FedBN(Algorithm):
 
     def shared_keys(self, model: nn.Module) -> set[str]:
         return set(model.state_dict()) - keys_of_types(model, BN_TYPES)
+
+    def batched_step(self) -> BatchedStep:
+        """FedAvg's step; the local BatchNorm keys are kept per client by `fit` (the runtime keeps each
+        client's BN statistics in its own lane)."""
+        return BatchedStep()

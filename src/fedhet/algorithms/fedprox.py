@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Dataset
 
-from fedhet.algorithms.base import Algorithm, ClientContext, ClientState
+from fedhet.algorithms.base import Algorithm, BatchedStep, ClientContext, ClientState
 from fedhet.algorithms.registry import register
 from fedhet.config import TrainConfig
 from fedhet.engine.local import TrainStats, cross_entropy
@@ -71,6 +71,10 @@ class FedProx(Algorithm):
             return super().local_train(model, msg, state, ctx, dataset, train_cfg)
         finally:  # the anchor lives for one fit only; nothing per client stays on the instance
             self._anchor = ()
+
+    def batched_step(self) -> BatchedStep:
+        """Cross-entropy plus the proximal term towards the round-start parameters."""
+        return BatchedStep(prox_mu=self.params.mu)
 
     def loss(self, model: SplitModel, x: torch.Tensor, y: torch.Tensor, ctx: ClientContext) -> torch.Tensor:
         """Cross-entropy plus (mu/2)||w - w_global||^2."""

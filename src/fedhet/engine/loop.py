@@ -41,6 +41,16 @@ class RunResult:
     summary: dict[str, Any]
 
 
+def client_executor(exp: Experiment) -> InProcessClients:
+    """The client executor of `run.runtime`: batched (vectorized local training) or in-process (sequential);
+    the Flower loop replaces it with its own."""
+    if exp.config.run.runtime == "batched":
+        from fedhet.runtimes.batched import BatchedClients  # imports torch.func only when asked for
+
+        return BatchedClients(exp)
+    return InProcessClients(exp)
+
+
 def run_dir_for(cfg: ExperimentConfig) -> Path:
     """runs/<name>/<dataset>/<label or method>/seed<k>."""
     return Path(cfg.run.out_dir) / cfg.name / cfg.data.dataset / cfg.variant / f"seed{cfg.seed}"
@@ -64,12 +74,12 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 class RoundLoop:
-    """Drives one experiment over its rounds with an in-process client executor."""
+    """Drives one experiment over its rounds with the client executor of `run.runtime`."""
 
     def __init__(self, exp: Experiment, run_dir: Path, progress: bool = True) -> None:
         self.exp, self.cfg = exp, exp.config
         self.dir = RunDirectory(run_dir)
-        self.clients = InProcessClients(exp)
+        self.clients = client_executor(exp)
         self.alg = exp.algorithm
         self.progress = progress and not self.cfg.run.quiet
         with seeded(self.cfg.seed, "server-init"):
@@ -184,7 +194,7 @@ class RoundLoop:
 def run_experiment(cfg: ExperimentConfig, run_dir: str | Path | None = None, resume: bool = False,
                    stop_after: int | None = None, progress: bool = True) -> RunResult:
     """Run (or resume) one experiment in-process and write its run directory."""
-    if cfg.run.runtime != "inprocess":
+    if cfg.run.runtime not in ("inprocess", "batched"):
         raise FedhetError(f"run.runtime={cfg.run.runtime}: start Flower runs with `fedhet flower simulate|deploy`")
     exp = build_experiment(cfg)
     loop = RoundLoop(exp, Path(run_dir) if run_dir else run_dir_for(cfg), progress=progress)

@@ -8,6 +8,7 @@ simulation binds the same settings directly with `make_server_app(settings)` / `
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,19 +27,29 @@ from fedhet.runtimes.flower import client, server
 
 @dataclass
 class FlowerSettings:
-    """What both apps need: the resolved experiment config and, for the server, where to write the run."""
+    """What both apps need: the resolved experiment config and, for the server, where to write the run.
+
+    The reply timeout and the minimum share of valid replies are experiment config values
+    (`server.reply_timeout`, `server.min_fit_fraction`, `server.min_evaluate_fraction`)."""
 
     config: dict[str, Any]
     run_dir: str = ""
-    timeout: float = 3600.0  # seconds to wait for the replies of one round's messages
     wait_for_nodes: float = 300.0  # seconds to wait for all SuperNodes to connect
+    poll_interval: float = 0.2  # seconds between two pulls for replies (Flower's send_and_receive: 3 s)
+    client_state_dir: str = ""  # where clients keep their per-round states ('' = context.state only)
+    resume: bool = False  # continue from the run directory's checkpoint
+    stop_after: int = 0  # stop (with a checkpoint) after this round; 0 = run all rounds
     progress: bool = False
     results: list[RunResult] = field(default_factory=list, repr=False)  # filled by the server (same process)
+    errors: list[BaseException] = field(default_factory=list, repr=False)  # why the server stopped, if it did
+    stop_event: threading.Event = field(default_factory=threading.Event, repr=False)  # set: checkpoint and stop
+    finished: threading.Event = field(default_factory=threading.Event, repr=False)  # set when run_server returns
 
-    def to_run_config(self) -> dict[str, str | float | bool]:
+    def to_run_config(self) -> dict[str, str | float | int | bool]:
         """As Flower run config values (flat scalars)."""
-        return {"fedhet-config": json.dumps(self.config), "run-dir": self.run_dir, "timeout": self.timeout,
-                "wait-for-nodes": self.wait_for_nodes}
+        return {"fedhet-config": json.dumps(self.config), "run-dir": self.run_dir,
+                "wait-for-nodes": self.wait_for_nodes, "poll-interval": self.poll_interval,
+                "client-state-dir": self.client_state_dir, "resume": self.resume, "stop-after": self.stop_after}
 
     @classmethod
     def from_run_config(cls, run_config: dict[str, Any]) -> FlowerSettings:
@@ -46,8 +57,13 @@ class FlowerSettings:
             raise FedhetError("the Flower run config has no 'fedhet-config'; start runs with `fedhet flower deploy` "
                               "or pass --run-config \"fedhet-config='<json>' run-dir='<path>'\"")
         return cls(config=json.loads(str(run_config["fedhet-config"])), run_dir=str(run_config.get("run-dir", "")),
-                   timeout=float(run_config.get("timeout", 3600.0)),
-                   wait_for_nodes=float(run_config.get("wait-for-nodes", 300.0)))
+                   wait_for_nodes=float(run_config.get("wait-for-nodes", 300.0)),
+                   poll_interval=float(run_config.get("poll-interval", 0.2)),
+                   client_state_dir=str(run_config.get("client-state-dir", "")),
+                   resume=bool(run_config.get("resume", False)), stop_after=int(run_config.get("stop-after", 0)))
+
+    def client_setup(self) -> client.ClientSetup:
+        return client.ClientSetup(config=self.config, run_dir=self.run_dir, state_dir=self.client_state_dir)
 
 
 def _settings(bound: FlowerSettings | None, context: Context) -> FlowerSettings:
@@ -55,17 +71,31 @@ def _settings(bound: FlowerSettings | None, context: Context) -> FlowerSettings:
 
 
 def run_server(grid: Grid, settings: FlowerSettings) -> RunResult:
-    """The whole run on the server: the shared RoundLoop with Flower clients; writes the run directory."""
-    cfg = load_config(base=settings.config)
-    if not settings.run_dir:
-        raise FedhetError("no run directory given to the Flower ServerApp (run config 'run-dir')")
-    loop = server.FlowerRoundLoop(build_experiment(cfg), Path(settings.run_dir), grid, progress=settings.progress,
-                                  timeout=settings.timeout, wait_for_nodes=settings.wait_for_nodes)
-    if loop.dir.latest_checkpoint.is_file():
-        raise FedhetError(f"{loop.dir.path} already holds a checkpoint; choose another run directory")
-    result = loop.run()
-    settings.results.append(result)
-    return result
+    """The whole run on the server: the shared RoundLoop with Flower clients; writes the run directory.
+
+    A failure (too few valid replies, Ctrl-C / SIGTERM, ...) is also kept in `settings.errors`."""
+    try:
+        cfg = load_config(base=settings.config)
+        if not settings.run_dir:
+            raise FedhetError("no run directory given to the Flower ServerApp (run config 'run-dir')")
+        run_dir = Path(settings.run_dir)
+        if not settings.resume and (run_dir / "checkpoints" / "latest.pt").is_file():
+            raise FedhetError(f"{run_dir} already holds a checkpoint; pass --resume to continue it, or choose "
+                              "another run directory")
+        loop = server.FlowerRoundLoop(build_experiment(cfg), run_dir, grid, progress=settings.progress,
+                                      wait_for_nodes=settings.wait_for_nodes, poll_interval=settings.poll_interval,
+                                      stop_event=settings.stop_event)
+        if settings.resume:
+            loop.resume()
+        result = loop.run(stop_after=settings.stop_after or None)
+    except BaseException as err:
+        settings.errors.append(err)
+        raise
+    else:
+        settings.results.append(result)
+        return result
+    finally:
+        settings.finished.set()
 
 
 def make_server_app(settings: FlowerSettings | None = None) -> ServerApp:
@@ -82,10 +112,10 @@ def make_server_app(settings: FlowerSettings | None = None) -> ServerApp:
 def make_client_app(settings: FlowerSettings | None = None) -> ClientApp:
     """A ClientApp answering train / evaluate / query for the client given by the node's partition-id."""
     app = ClientApp()
-    config = None if settings is None else settings.config
+    bound = None if settings is None else settings.client_setup()
 
-    def cfg_of(context: Context) -> dict[str, Any]:
-        return config if config is not None else FlowerSettings.from_run_config(dict(context.run_config)).config
+    def cfg_of(context: Context) -> client.ClientSetup:
+        return bound if bound is not None else FlowerSettings.from_run_config(dict(context.run_config)).client_setup()
 
     @app.train()
     def train(msg: FlowerMessage, context: Context) -> FlowerMessage:

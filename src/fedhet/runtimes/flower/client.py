@@ -2,13 +2,26 @@
 
 The client id is the node's `partition-id` (Flower's node config; the simulation sets it for every virtual
 node). The client's state (FedBN's local BatchNorm, Ditto's personal model, optimizer states, ...) never
-leaves the node: it is kept in Flower's `context.state` as torch.save bytes and, when the node config names a
-`state-dir`, also written there atomically (`client_<id>.pt`), so it survives a SuperNode restart.
+leaves the node. It is kept per round: after fitting round r the node stores its new state as "round r"
+(in Flower's `context.state`, and as `round_<r>.pt` in its state folder when it has one), but uses it only
+once the server says so. Every request carries `state-round`: the last round whose fit reply of this client
+the server aggregated (0: none, the algorithm's initial state). A client whose reply was lost or rejected
+therefore continues from the state it had before that round, exactly as if it had not been sampled, and a
+resumed run asks each client for the state its checkpoint refers to. `keep-rounds` names the other rounds
+the server may still ask for (its last checkpoint, the start of the current round); older states are
+deleted.
+
+State folder: node config `state-dir=PATH` (per node; `PATH/<run key>/client_<id>/`), else the run's
+`client-state-dir` (`fedhet flower simulate / deploy` use `<run dir>/client_states/client_<id>/`).
+Without one, states live in `context.state` only, which lasts one Flower run: a resumed run then needs
+clients that had not yet been aggregated.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +31,11 @@ from flwr.app import Message as FlowerMessage
 from fedhet.algorithms import ClientState
 from fedhet.config import load_config
 from fedhet.engine.atomic import atomic_write_bytes
+from fedhet.engine.checkpoint import fingerprint
 from fedhet.engine.experiment import Experiment, build_experiment
 from fedhet.engine.seeding import seeded
 from fedhet.errors import FedhetError
+from fedhet.runtimes.flower import checkpoint_config
 from fedhet.runtimes.flower.records import (
     from_content,
     metrics_content,
@@ -29,8 +44,22 @@ from fedhet.runtimes.flower.records import (
     to_content,
 )
 
-STATE_KEY = "fedhet-client-state"
+STATE_KEY = "fedhet-client-state"  # context.state ConfigRecord: "r<round>" -> torch.save bytes of the state
 _EXPERIMENTS: dict[str, Experiment] = {}  # one per process: a Ray actor or a ClientApp process reuses it
+
+
+@dataclass(frozen=True)
+class ClientSetup:
+    """What a ClientApp needs besides the message: the experiment config, the run dir (a key for state
+    folders) and the run-level client state folder ('' = none; a node's own `state-dir` takes precedence)."""
+
+    config: dict[str, Any]
+    run_dir: str = ""
+    state_dir: str = ""
+
+
+def _setup(setup: ClientSetup | dict[str, Any]) -> ClientSetup:
+    return setup if isinstance(setup, ClientSetup) else ClientSetup(config=setup)
 
 
 def experiment_for(config: dict[str, Any]) -> Experiment:
@@ -56,68 +85,128 @@ def client_id(context: Context, exp: Experiment) -> int:
     return cid
 
 
-def _state_file(context: Context, cid: int) -> Path | None:
-    folder = context.node_config.get("state-dir")
-    return Path(str(folder)) / f"client_{cid}.pt" if folder else None
+def run_key(setup: ClientSetup) -> str:
+    """A folder name that tells runs apart in a node's shared state-dir (results-relevant config + run dir)."""
+    text = fingerprint(checkpoint_config(setup.config)) + "|" + setup.run_dir
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def load_state(context: Context, exp: Experiment, cid: int) -> ClientState:
-    """The client's state: from context.state, else from its state-dir file, else the algorithm's initial one."""
+def state_folder(context: Context, setup: ClientSetup, cid: int) -> Path | None:
+    """Where this client's per-round states are written, if anywhere."""
+    node_dir = context.node_config.get("state-dir")
+    if node_dir:
+        return Path(str(node_dir)) / run_key(setup) / f"client_{cid}"
+    if setup.state_dir:
+        return Path(setup.state_dir) / f"client_{cid}"
+    return None
+
+
+def _stored(context: Context) -> dict[str, Any]:
     record = context.state.config_records.get(STATE_KEY)
-    if record is not None:
-        return state_from_bytes(record["state"])  # type: ignore[arg-type]
-    path = _state_file(context, cid)
+    return dict(record) if record is not None else {}
+
+
+def stored_rounds(context: Context) -> list[int]:
+    """The rounds whose states this node keeps in context.state."""
+    return sorted(int(k[1:]) for k in _stored(context))
+
+
+def stored_state(context: Context, rnd: int) -> ClientState | None:
+    """The state this node stored after fitting round `rnd` (None if it has none in context.state)."""
+    data = _stored(context).get(f"r{rnd}")
+    return None if data is None else state_from_bytes(data)  # type: ignore[arg-type]
+
+
+def load_state(context: Context, exp: Experiment, setup: ClientSetup, cid: int, state_round: int) -> ClientState:
+    """The client's state after round `state_round`: from context.state, else from its state folder, else
+    (round 0) the algorithm's initial state; a clear error when it is gone."""
+    stored = _stored(context)
+    data = stored.get(f"r{state_round}")
+    if data is not None:
+        return state_from_bytes(data)  # type: ignore[arg-type]
+    if state_round == 0:
+        return exp.algorithm.init_client(cid)
+    folder = state_folder(context, setup, cid)
+    path = None if folder is None else folder / f"round_{state_round}.pt"
     if path is not None and path.is_file():
-        return state_from_bytes(path.read_bytes())
-    return exp.algorithm.init_client(cid)
+        data = path.read_bytes()
+        context.state[STATE_KEY] = ConfigRecord({**stored, f"r{state_round}": data})
+        return state_from_bytes(data)
+    where = f"nor in {folder}" if folder is not None else "and the node has no state-dir"
+    raise FedhetError(f"client {cid} has no state of round {state_round}: not in context.state "
+                      f"(rounds {sorted(int(k[1:]) for k in stored)}) {where}. It was lost with a restarted SuperNode "
+                      "or a new Flower run; give the SuperNodes a state-dir (node config) to resume")
 
 
-def save_state(context: Context, cid: int, rnd: int, state: ClientState) -> None:
+def save_state(context: Context, setup: ClientSetup, cid: int, rnd: int, state: ClientState) -> None:
+    """Store the state after fitting round `rnd` (used once the server aggregates this reply)."""
     data = state_to_bytes(state)
-    context.state[STATE_KEY] = ConfigRecord({"state": data, "round": rnd, "client": cid})
-    path = _state_file(context, cid)
-    if path is not None:
-        atomic_write_bytes(path, data)
+    context.state[STATE_KEY] = ConfigRecord({**_stored(context), f"r{rnd}": data})
+    folder = state_folder(context, setup, cid)
+    if folder is not None:
+        atomic_write_bytes(folder / f"round_{rnd}.pt", data)
 
 
-def handle_train(msg: FlowerMessage, context: Context, config: dict[str, Any]) -> FlowerMessage:
-    """One client's local training round, seeded by (seed, round, client, 'fit') as in-process."""
-    exp = experiment_for(config)
+def prune_states(context: Context, setup: ClientSetup, cid: int, rnd: int, keep: set[int]) -> None:
+    """Drop stored states of rounds before `rnd` that the server can no longer ask for."""
+    stored = _stored(context)
+    kept = {k: v for k, v in stored.items() if int(k[1:]) in keep or int(k[1:]) >= rnd}
+    if len(kept) != len(stored):
+        context.state[STATE_KEY] = ConfigRecord(kept)
+    folder = state_folder(context, setup, cid)
+    if folder is None or not folder.is_dir():
+        return
+    for path in folder.glob("round_*.pt"):
+        try:
+            r = int(path.stem.split("_", 1)[1])
+        except ValueError:
+            continue
+        if r < rnd and r not in keep:
+            path.unlink(missing_ok=True)
+
+
+def _request(msg: FlowerMessage, context: Context, setup: ClientSetup) -> tuple[Experiment, int, Any, dict, int]:
+    """Decode a train / evaluate request: experiment, client id, fedhet Message, metadata, state round."""
+    exp = experiment_for(setup.config)
     cid = client_id(context, exp)
     request, meta = from_content(msg.content)
-    _check_routing(meta, cid)
+    if int(meta["client"]) != cid:
+        raise FedhetError(f"a message for client {meta['client']} reached the node of client {cid}")
+    rnd, state_round = int(meta["round"]), int(meta.get("state-round", 0))
+    keep = {state_round, *(int(r) for r in meta.get("keep-rounds", []))}
+    prune_states(context, setup, cid, rnd, keep)
+    return exp, cid, request, meta, state_round
+
+
+def handle_train(msg: FlowerMessage, context: Context, setup: ClientSetup | dict[str, Any]) -> FlowerMessage:
+    """One client's local training round, seeded by (seed, round, client, 'fit') as in-process."""
+    setup = _setup(setup)
+    exp, cid, request, meta, state_round = _request(msg, context, setup)
     rnd = int(meta["round"])
-    state = load_state(context, exp, cid)
+    state = load_state(context, exp, setup, cid, state_round)
     ctx = exp.context(cid, rnd, exp.data.clients[cid])
     with seeded(exp.config.seed, rnd, cid, "fit"):
         out, new_state = exp.algorithm.fit(request, state, ctx)
-    save_state(context, cid, rnd, new_state)
+    save_state(context, setup, cid, rnd, new_state)
     return FlowerMessage(to_content(out, client=cid, **{"num-examples": ctx.data.num_train}), reply_to=msg)
 
 
-def handle_evaluate(msg: FlowerMessage, context: Context, config: dict[str, Any]) -> FlowerMessage:
+def handle_evaluate(msg: FlowerMessage, context: Context, setup: ClientSetup | dict[str, Any]) -> FlowerMessage:
     """Metrics of the client's deployed model on its own split, seeded by (seed, round, client, 'evaluate')."""
-    exp = experiment_for(config)
-    cid = client_id(context, exp)
-    request, meta = from_content(msg.content)
-    _check_routing(meta, cid)
+    setup = _setup(setup)
+    exp, cid, request, meta, state_round = _request(msg, context, setup)
     rnd, split = int(meta["round"]), str(meta["split"])
     dataset = getattr(exp.data.clients[cid], split)
     if dataset is None:
         return FlowerMessage(metrics_content(None), reply_to=msg)
-    state = load_state(context, exp, cid)
+    state = load_state(context, exp, setup, cid, state_round)
     with seeded(exp.config.seed, rnd, cid, "evaluate"):
         metrics = exp.algorithm.evaluate(request, state, exp.context(cid, rnd), dataset)
     return FlowerMessage(metrics_content(metrics), reply_to=msg)
 
 
-def handle_query(msg: FlowerMessage, context: Context, config: dict[str, Any]) -> FlowerMessage:
+def handle_query(msg: FlowerMessage, context: Context, setup: ClientSetup | dict[str, Any]) -> FlowerMessage:
     """Who is this node: its client id (the server maps node ids to client ids with it)."""
-    exp = experiment_for(config)
+    exp = experiment_for(_setup(setup).config)
     cid = client_id(context, exp)
     return FlowerMessage(RecordDict({"fedhet": ConfigRecord({"client": cid})}), reply_to=msg)
-
-
-def _check_routing(meta: dict[str, Any], cid: int) -> None:
-    if int(meta["client"]) != cid:
-        raise FedhetError(f"a message for client {meta['client']} reached the node of client {cid}")

@@ -3,7 +3,7 @@
 A request (server -> client) is a RecordDict with
     "arrays": ArrayRecord (Message.arrays, every dtype and shape kept)
     "scalars": ConfigRecord (Message.scalars; int / float / str / bool keep their types)
-    "fedhet": ConfigRecord {"round", "client", "split" (evaluate only)}
+    "fedhet": ConfigRecord {"round", "client", "split" (evaluate only), "state-round", "keep-rounds"}
 A fit reply adds "fedhet": {"client", "num-examples"}; an evaluate reply carries "metrics": MetricRecord
 (or "fedhet": {"skipped": True} when the client has no such split).
 """
@@ -21,7 +21,7 @@ from fedhet.engine.messages import Message, Reply
 META = "fedhet"
 
 
-def to_content(msg: Message, **meta: int | float | str | bool) -> RecordDict:
+def to_content(msg: Message, **meta: int | float | str | bool | list[int]) -> RecordDict:
     """A fedhet Message (plus routing metadata) as Flower record content."""
     arrays = ArrayRecord({k: v.detach().cpu() for k, v in msg.arrays.items()})
     return RecordDict({"arrays": arrays, "scalars": ConfigRecord(dict(msg.scalars)), META: ConfigRecord(meta)})

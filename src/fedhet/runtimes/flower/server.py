@@ -2,14 +2,30 @@
 
 `FlowerClients` has the interface of `InProcessClients` (fit / evaluate / get_states / set_states), so
 sampling, broadcast, aggregation, evaluation rows, checkpoints and the run directory are the in-process
-runtime's own code; only where a client's fit / evaluate runs differs.
+runtime's own code; only where a client's fit / evaluate runs differs, and what happens when a client
+does not answer, fails, or answers with something the server cannot use (see docs/flower.md "Faults"):
+
+- each wave (train, evaluate) waits at most `server.reply_timeout` seconds; a client whose SuperNode is
+  offline, whose ClientApp raised, that sent no reply in time, or whose reply fails the checks in
+  `validation` is left out of the round, with a logged reason and a row in the run's `faults.jsonl`;
+- the round goes on when at least `server.min_fit_fraction` of the sampled clients (evaluation:
+  `min_evaluate_fraction` of all clients) answered validly. Aggregation then runs over the replies received
+  (the algorithm's own weighting, e.g. FedAvg's sample-count weights renormalised over them); a client left
+  out keeps the state it had before the round (see `client`);
+- otherwise the run stops with `RoundFailed` after writing the checkpoint of the last completed round.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import re
+import signal
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,23 +33,70 @@ from flwr.app import Message as FlowerMessage
 from flwr.app import MessageType, RecordDict
 from flwr.serverapp import Grid
 
+from fedhet.engine.atomic import atomic_write_text
+from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.engine.experiment import Experiment
-from fedhet.engine.loop import RoundLoop
+from fedhet.engine.loop import RoundLoop, RunResult
 from fedhet.engine.messages import Message, Reply
 from fedhet.errors import FedhetError
-from fedhet.runtimes.flower.records import from_content, metrics_from_content, reply_from_content, to_content
+from fedhet.runtimes.flower import checkpoint_config
+from fedhet.runtimes.flower.records import from_content, to_content
+from fedhet.runtimes.flower.validation import ReplyRejected, evaluate_reply, expected_reply_spec, fit_reply
 
 log = logging.getLogger(__name__)
+FAULTS_FILE = "faults.jsonl"
+STOPPED_FILE = "stopped.json"
+
+
+class RoundFailed(FedhetError):
+    """Too few clients answered a round validly; the run stopped after a checkpoint."""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)): (\S.*)$")
+_WRAPPERS = ("ClientAppException", "RayTaskError")
+
+
+_FLOWER_REASON = re.compile(r"^<class '(?:[\w.]+\.)?(\w+)'>:<'(.*)'>$", re.DOTALL)
+
+
+def short_reason(reason: str | None, limit: int = 500) -> str:
+    """An error reply's reason in one line: the root exception of a traceback (Ray wraps a ClientApp's
+    exception in two more), without terminal colour codes."""
+    text = _ANSI.sub("", reason or "no reason given").strip()
+    flower = _FLOWER_REASON.match(text)
+    if flower and "\n" not in flower.group(2):  # Flower's "<class 'X'>:<'message'>"
+        text = f"{flower.group(1)}: {flower.group(2)}"
+    if "\n" not in text and len(text) <= limit:
+        return text
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    found = [m for m in map(_EXCEPTION_LINE.match, lines) if m and not any(w in m.group(1) for w in _WRAPPERS)]
+    line = f"{found[0].group(1).rsplit('.', 1)[-1]}: {found[0].group(2)}" if found else lines[-1]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def required(fraction: float, total: int) -> int:
+    """How many of `total` replies a round needs (at least one)."""
+    return min(total, max(1, math.ceil(fraction * total - 1e-9)))
 
 
 class FlowerClients:
     """Runs the clients' fit / evaluate on Flower nodes (one node per client, found by its partition-id)."""
 
-    def __init__(self, exp: Experiment, grid: Grid, timeout: float = 3600.0, wait_for_nodes: float = 300.0) -> None:
+    def __init__(self, exp: Experiment, grid: Grid, timeout: float | None = None, wait_for_nodes: float = 300.0,
+                 poll_interval: float = 0.2, stop_event: threading.Event | None = None,
+                 on_fault: Callable[[dict[str, Any]], None] | None = None) -> None:
         if exp.algorithm.centralized:
             raise FedhetError(f"'{exp.config.method}' trains one model on the pooled data of all clients; "
                               "it has no federated counterpart, run it in-process")
-        self.exp, self.grid, self.timeout = exp, grid, timeout
+        self.exp, self.grid = exp, grid
+        self.timeout = exp.config.server.reply_timeout if timeout is None else timeout
+        self.poll_interval, self.stop_event, self.on_fault = poll_interval, stop_event, on_fault
+        # the last round whose fit reply of each client was aggregated (0: none); also at the last checkpoint
+        # and at the start of the current round: the states a client may still be asked for
+        self.state_round: dict[int, int] = {}
+        self.checkpoint_round: dict[int, int] = {}
+        self.start_round: dict[int, int] = {}
         self.node_of = self._map_nodes(wait_for_nodes)
 
     @property
@@ -42,31 +105,85 @@ class FlowerClients:
 
     # -------------------------------------------------------------- the executor interface
     def fit(self, rnd: int, messages: dict[int, Message]) -> list[Reply]:
-        """Local training on the sampled clients' nodes; replies in the order of `messages` (as in-process)."""
-        contents = {cid: to_content(msg, round=rnd, client=cid) for cid, msg in messages.items()}
-        replies = self._exchange(MessageType.TRAIN, contents, f"fit-{rnd}")
-        return [reply_from_content(replies[cid]) for cid in messages]
+        """Local training on the sampled clients' nodes; the valid replies in the order of `messages`."""
+        contents = {cid: to_content(msg, round=rnd, client=cid, **self._state_meta(cid))
+                    for cid, msg in messages.items()}
+        received, problems = self._exchange(MessageType.TRAIN, contents, f"fit-{rnd}")
+        replies = []
+        for cid, msg in messages.items():
+            if cid not in received:
+                continue
+            try:
+                replies.append(fit_reply(received[cid], cid, expected_reply_spec(self.exp.algorithm, msg)))
+            except ReplyRejected as err:
+                problems[cid] = f"reply rejected: {err}"
+        self._report(rnd, "train", problems)
+        need = required(self.exp.config.server.min_fit_fraction, len(messages))
+        if len(replies) < need:
+            raise RoundFailed(self._shortfall(rnd, "train", len(replies), len(messages), need, problems,
+                                              f"server.min_fit_fraction={self.exp.config.server.min_fit_fraction}"))
+        self.state_round = {**self.state_round, **{r.client_id: rnd for r in replies}}
+        return replies
 
     def evaluate(self, rnd: int, messages: dict[int, Message], split: str) -> dict[str, dict[str, float]]:
-        """Each client's metrics on its own split, keyed by client name in client order (as in-process)."""
-        contents = {cid: to_content(messages[cid], round=rnd, client=cid, split=split)
+        """Each client's metrics on its own split, keyed by client name in client order (as in-process);
+        clients that failed are left out."""
+        contents = {cid: to_content(messages[cid], round=rnd, client=cid, split=split, **self._state_meta(cid))
                     for cid in range(len(self.exp.data.clients))}
-        replies = self._exchange(MessageType.EVALUATE, contents, f"evaluate-{split}-{rnd}")
+        received, problems = self._exchange(MessageType.EVALUATE, contents, f"evaluate-{split}-{rnd}")
         results = {}
         for cid, client in enumerate(self.exp.data.clients):
-            metrics = metrics_from_content(replies[cid])
+            if cid not in received:
+                continue
+            try:
+                metrics = evaluate_reply(received[cid])
+            except ReplyRejected as err:
+                problems[cid] = f"reply rejected: {err}"
+                continue
             if metrics is not None:
                 results[client.name] = metrics
+        self._report(rnd, f"evaluate-{split}", problems)
+        server = self.exp.config.server
+        fraction = server.min_fit_fraction if server.min_evaluate_fraction is None else server.min_evaluate_fraction
+        need = required(fraction, len(contents))
+        answered = len(contents) - len(problems)
+        if answered < need:
+            which = "min_fit_fraction" if server.min_evaluate_fraction is None else "min_evaluate_fraction"
+            raise RoundFailed(self._shortfall(rnd, f"evaluate ({split})", answered, len(contents), need, problems,
+                                              f"server.{which}={fraction}"))
         return results
 
-    def get_states(self) -> dict[int, Any]:
-        """Client states stay on the clients (Flower's context.state), never on the server."""
-        return {}
+    def get_states(self) -> dict[str, Any]:
+        """Client states stay on the clients; the server keeps (and checkpoints) only which round's state
+        each client should use."""
+        return {"state_round": dict(self.state_round)}
 
-    def set_states(self, states: dict[int, Any]) -> None:
-        if states:
+    def set_states(self, states: dict[str, Any]) -> None:
+        if states and set(states) != {"state_round"}:
             raise FedhetError("the Flower runtime keeps client states on the clients; a checkpoint with client "
-                              "states cannot be pushed to them")
+                              "states (from the in-process runtime) cannot be pushed to them")
+        self.state_round = {int(k): int(v) for k, v in states.get("state_round", {}).items()}
+
+    # -------------------------------------------------------------- bookkeeping
+    def _state_meta(self, cid: int) -> dict[str, Any]:
+        rounds = {self.checkpoint_round.get(cid, 0), self.start_round.get(cid, 0)}
+        return {"state-round": self.state_round.get(cid, 0), "keep-rounds": sorted(rounds)}
+
+    def _report(self, rnd: int, phase: str, problems: dict[int, str]) -> None:
+        for cid, reason in sorted(problems.items()):
+            name = self.exp.data.clients[cid].name
+            log.warning("round %d %s: client %d (%s, node %s) left out: %s", rnd, phase, cid, name,
+                        self.node_of.get(cid), reason)
+            if self.on_fault is not None:
+                self.on_fault({"round": rnd, "phase": phase, "client": cid, "name": name,
+                               "node": self.node_of.get(cid), "reason": reason, "time": time.time()})
+
+    def _shortfall(self, rnd: int, phase: str, ok: int, total: int, need: int, problems: dict[int, str],
+                   rule: str) -> str:
+        details = "; ".join(f"client {cid} ({self.exp.data.clients[cid].name}): {reason}"
+                            for cid, reason in sorted(problems.items()))
+        return (f"round {rnd} {phase}: only {ok} of {total} clients answered validly and {rule} needs {need}. "
+                f"{details}.")
 
     # -------------------------------------------------------------- transport
     def _map_nodes(self, wait_for_nodes: float) -> dict[int, int]:
@@ -79,46 +196,183 @@ class FlowerClients:
                 raise FedhetError(f"only {len(nodes)} of {n} SuperNodes connected within {wait_for_nodes:.0f} s")
             time.sleep(0.5)
             nodes = list(self.grid.get_node_ids())
-        queries = [FlowerMessage(RecordDict(), dst_node_id=node, message_type=MessageType.QUERY, group_id="nodes")
-                   for node in nodes]
-        node_of: dict[int, int] = {}
-        for reply in self._send(queries):
-            _, meta = from_content(reply.content)
-            cid = int(meta["client"])
-            if cid in node_of:
-                raise FedhetError(f"two SuperNodes ({node_of[cid]}, {reply.metadata.src_node_id}) hold partition {cid}")
-            node_of[cid] = reply.metadata.src_node_id
+        node_of = self._query(nodes, self.timeout, strict=True)
         missing = sorted(set(range(n)) - set(node_of))
         if missing:
             raise FedhetError(f"no SuperNode holds partition(s) {missing}")
         log.info("flower nodes: %s", node_of)
         return node_of
 
-    def _exchange(self, message_type: str, contents: dict[int, RecordDict], group: str) -> dict[int, RecordDict]:
-        """Send one message per client and return the reply contents keyed by client id."""
-        client_of = {node: cid for cid, node in self.node_of.items()}
-        messages = [FlowerMessage(content, dst_node_id=self.node_of[cid], message_type=message_type, group_id=group)
-                    for cid, content in contents.items()]
-        return {client_of[r.metadata.src_node_id]: r.content for r in self._send(messages)}
+    def _query(self, nodes: Iterable[int], timeout: float, strict: bool) -> dict[int, int]:
+        """Ask `nodes` for their client ids; strict: any failure or duplicate is an error."""
+        messages = {node: FlowerMessage(RecordDict(), dst_node_id=node, message_type=MessageType.QUERY,
+                                        group_id="nodes") for node in nodes}
+        replies, failures = self._send(messages, timeout)
+        if strict and failures:
+            raise FedhetError("SuperNodes failed to say which client they hold: " +
+                              "; ".join(f"node {node}: {reason}" for node, reason in failures.items()))
+        node_of: dict[int, int] = {}
+        for node, reply in replies.items():
+            try:
+                cid = int(from_content(reply)[1]["client"])
+            except Exception as err:  # noqa: BLE001 - a malformed answer is ignored outside the start
+                if strict:
+                    raise FedhetError(f"node {node} answered the query with {reply}") from err
+                continue
+            if cid in node_of:
+                if strict:
+                    raise FedhetError(f"two SuperNodes ({node_of[cid]}, {node}) hold partition {cid}")
+                log.warning("two SuperNodes (%s, %s) hold partition %d; keeping %s", node_of[cid], node, cid, node)
+            node_of[cid] = node
+        return node_of
 
-    def _send(self, messages: list[FlowerMessage]) -> Iterable[FlowerMessage]:
-        replies = list(self.grid.send_and_receive(messages, timeout=self.timeout))
-        if len(replies) != len(messages):
-            raise FedhetError(f"{len(messages) - len(replies)} of {len(messages)} Flower nodes did not reply within "
-                              f"{self.timeout:.0f} s")
-        errors = [f"node {r.metadata.src_node_id}: {r.error.reason}" for r in replies if r.has_error()]
-        if errors:
-            raise FedhetError("Flower clients failed: " + "; ".join(errors))
-        return replies
+    def _refresh_nodes(self, cids: Iterable[int]) -> set[int]:
+        """The clients among `cids` whose SuperNode is offline; a client whose partition a new SuperNode
+        (e.g. a restarted one) now holds is moved to that node."""
+        online = set(self.grid.get_node_ids())
+        offline = {cid for cid in cids if self.node_of[cid] not in online}
+        unknown = online - set(self.node_of.values())
+        if offline and unknown:
+            for cid, node in self._query(unknown, min(self.timeout, 60.0), strict=False).items():
+                if cid in self.node_of and self.node_of[cid] not in online:
+                    log.warning("client %d is now on SuperNode %s (was %s)", cid, node, self.node_of[cid])
+                    self.node_of[cid] = node
+                    offline.discard(cid)
+        return offline
+
+    def _exchange(self, message_type: str, contents: dict[int, RecordDict], group: str
+                  ) -> tuple[dict[int, RecordDict], dict[int, str]]:
+        """One message per client; (reply contents, failure reasons), both keyed by client id."""
+        offline = self._refresh_nodes(contents)
+        failures = {cid: f"its SuperNode (node {self.node_of[cid]}) is offline" for cid in offline}
+        messages = {cid: FlowerMessage(content, dst_node_id=self.node_of[cid], message_type=message_type,
+                                       group_id=group) for cid, content in contents.items() if cid not in offline}
+        replies, errors = self._send(messages, self.timeout)
+        return replies, {**failures, **errors}
+
+    def _send(self, messages: dict[Any, FlowerMessage], timeout: float) -> tuple[dict[Any, RecordDict], dict[Any, str]]:
+        """Push the messages, poll for their replies until all arrived or `timeout` passed.
+
+        Returns the reply contents and the failure reasons (error replies, unpushable messages, missing replies),
+        both keyed like `messages`. Polls every `poll_interval` seconds (Flower's own `send_and_receive`
+        polls every 3 s); raises KeyboardInterrupt when `stop_event` is set, so the loop checkpoints."""
+        keys = list(messages)
+        ids = list(self.grid.push_messages([messages[k] for k in keys]))
+        if len(ids) != len(keys):  # a grid that leaves out what it could not push: match by the ids it set
+            pushed = {str(i) for i in ids if i}
+            ids = [m if (m := messages[k].metadata.message_id) in pushed else None for k in keys]
+        failures: dict[Any, str] = {}
+        pending: dict[str, Any] = {}
+        for key, msg_id in zip(keys, ids, strict=True):  # the grids keep the order of the messages
+            if msg_id:
+                pending[str(msg_id)] = key
+            else:
+                failures[key] = "the message could not be pushed to the SuperLink"
+        expected_node = {key: messages[key].metadata.dst_node_id for key in keys}
+        replies: dict[Any, RecordDict] = {}
+        deadline = time.monotonic() + timeout
+        while pending:
+            for reply in self.grid.pull_messages(list(pending)):
+                key = pending.pop(reply.metadata.reply_to_message_id, None)
+                if key is None:
+                    continue
+                if reply.has_error():
+                    failures[key] = f"error reply (code {reply.error.code}): {short_reason(reply.error.reason)}"
+                elif reply.metadata.src_node_id != expected_node[key]:
+                    failures[key] = f"reply from node {reply.metadata.src_node_id} instead of {expected_node[key]}"
+                else:
+                    replies[key] = reply.content
+            if not pending:
+                break
+            if self.stop_event is not None and self.stop_event.is_set():
+                raise KeyboardInterrupt
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(self.poll_interval, left))
+        for key in pending.values():
+            failures[key] = f"no reply within {timeout:g} s (server.reply_timeout)"
+        return replies, failures
 
 
 class FlowerRoundLoop(RoundLoop):
-    """The in-process RoundLoop with `FlowerClients` as its client executor."""
+    """The in-process RoundLoop with `FlowerClients` as its client executor, plus fault handling: a round
+    without enough valid replies rolls back, writes the checkpoint of the last completed round and stops."""
 
     def __init__(self, exp: Experiment, run_dir: Path, grid: Grid, progress: bool = True,
-                 timeout: float = 3600.0, wait_for_nodes: float = 300.0) -> None:
+                 timeout: float | None = None, wait_for_nodes: float = 300.0, poll_interval: float = 0.2,
+                 stop_event: threading.Event | None = None) -> None:
         super().__init__(exp, run_dir, progress=progress)
-        self.clients = FlowerClients(exp, grid, timeout=timeout, wait_for_nodes=wait_for_nodes)  # type: ignore
+        self.clients = FlowerClients(exp, grid, timeout=timeout, wait_for_nodes=wait_for_nodes,  # type: ignore
+                                     poll_interval=poll_interval, stop_event=stop_event, on_fault=self._log_fault)
+        self._round_start = (self.server, self.clients.get_states(), len(self.metrics))
+
+    def _log_fault(self, row: dict[str, Any]) -> None:
+        self.dir.path.mkdir(parents=True, exist_ok=True)
+        with open(self.dir.path / FAULTS_FILE, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+    def _ckpt_config(self) -> dict[str, Any]:
+        return checkpoint_config(self.cfg.to_dict())
+
+    def checkpoint(self) -> None:
+        """The in-process checkpoint, with the clients' state rounds instead of their states."""
+        states = self.clients.get_states()
+        save_checkpoint(self.dir.latest_checkpoint, config=self._ckpt_config(), round=self.round,
+                        server=self.server, clients=states, metrics=self.metrics, elapsed=self.elapsed)
+        self.dir.write_metrics(self.metrics)
+        self.clients.checkpoint_round = dict(states["state_round"])
 
     def resume(self) -> None:
-        raise FedhetError("resuming is not supported on the Flower runtime yet (client states live on the nodes)")
+        ckpt = self.dir.latest_checkpoint
+        if not ckpt.is_file():
+            log.info("no checkpoint in %s; starting from round 1", self.dir.path)
+            return
+        payload = load_checkpoint(ckpt, self._ckpt_config())
+        self.round, self.server, self.metrics = payload["round"], payload["server"], payload["metrics"]
+        self.elapsed = payload["elapsed"]
+        self.clients.set_states(payload["clients"])
+        self.clients.checkpoint_round = dict(self.clients.state_round)
+        self._round_start = (self.server, self.clients.get_states(), len(self.metrics))
+        log.info("resumed %s at round %d", self.dir.path, self.round)
+
+    def train_round(self, rnd: int) -> None:
+        self._round_start = (self.server, self.clients.get_states(), len(self.metrics))
+        self.clients.start_round = dict(self.clients.state_round)
+        super().train_round(rnd)
+
+    def run(self, stop_after: int | None = None) -> RunResult:
+        stopped = self.dir.path / STOPPED_FILE
+        try:
+            with _sigint_as_interrupt():
+                result = super().run(stop_after=stop_after)
+        except RoundFailed as err:
+            self.server, states, n_rows = self._round_start
+            self.clients.set_states(states)
+            del self.metrics[n_rows:]
+            self.checkpoint()
+            message = (f"{err} Stopped; the checkpoint of round {self.round} is {self.dir.latest_checkpoint}. "
+                       "Bring the clients back (or lower the minimum) and continue with --resume.")
+            atomic_write_text(stopped, json.dumps({"round": self.round, "error": message}, indent=2))
+            log.error("%s", message)
+            raise RoundFailed(message) from None
+        stopped.unlink(missing_ok=True)
+        return result
+
+
+@contextmanager
+def _sigint_as_interrupt() -> Iterator[None]:
+    """In a Flower ServerApp process, SIGINT (also what Flower sends itself when its parent process ends) runs
+    Flower's exit handler; during the loop it raises KeyboardInterrupt instead, so the loop checkpoints."""
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not in the main thread (the simulation runs the ServerApp in a thread)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,37 +1,73 @@
-"""Run a fedhet experiment on Flower's simulation engine (one virtual SuperNode per client)."""
+"""Run a fedhet experiment on Flower's simulation engine (one virtual SuperNode per client, Ray backend).
+
+Resources: Ray runs `num_cpus / cpus_per_client` ClientApp actors at a time (each builds the experiment once
+and then serves any virtual node); the ServerApp runs in a thread of this process. On a 2-core machine,
+`num_cpus=2, cpus_per_client=1` gives 2 actors, each training with one torch thread (`run.num_threads=1`).
+The clients' per-round states go to `<run_dir>/client_states/`, so `resume=True` continues a stopped run.
+"""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from fedhet.config import ExperimentConfig
-from fedhet.engine.loop import RunResult
+from fedhet.engine.loop import Interrupted, RunResult
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower import require_flower
 
 log = logging.getLogger(__name__)
 
 
+def backend_config(num_cpus: int | None = None, cpus_per_client: float = 1.0) -> dict[str, Any]:
+    """Flower's Ray backend config: `cpus_per_client` CPUs reserved per ClientApp actor, `num_cpus` for Ray."""
+    backend: dict[str, Any] = {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}}
+    if num_cpus is not None:
+        backend["init_args"] = {"num_cpus": num_cpus}
+    return backend
+
+
 def run_flower_simulation(cfg: ExperimentConfig, run_dir: str | Path, num_cpus: int | None = None,
-                          cpus_per_client: float = 1.0, progress: bool = False, verbose: bool = False) -> RunResult:
-    """Run `cfg` with Flower's `run_simulation` (Ray backend); results land in `run_dir` as in-process."""
+                          cpus_per_client: float = 1.0, progress: bool = False, verbose: bool = False,
+                          resume: bool = False, stop_after: int | None = None) -> RunResult:
+    """Run `cfg` with Flower's `run_simulation` (Ray backend); results land in `run_dir` as in-process.
+
+    A run stopped by a fault (too few valid replies) or by Ctrl-C leaves the checkpoint of its last completed
+    round; `resume=True` continues it (client states from `<run_dir>/client_states/`)."""
     require_flower()
     from flwr.simulation import run_simulation
 
     from fedhet.data import build_federated_data
     from fedhet.runtimes.flower.app import FlowerSettings, make_client_app, make_server_app
 
+    run_dir = Path(run_dir).resolve()
+    if not resume and (run_dir / "checkpoints" / "latest.pt").is_file():
+        raise FedhetError(f"{run_dir} already holds a checkpoint; pass --resume to continue it, or choose another "
+                          "run directory")
     config = cfg.to_dict()
     config["run"]["runtime"] = "flower-simulation"
     num_clients = len(build_federated_data(cfg.data, cfg.seed).clients)
-    settings = FlowerSettings(config=config, run_dir=str(Path(run_dir).resolve()), progress=progress,
-                              wait_for_nodes=60.0)
-    backend = {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}}
-    if num_cpus is not None:
-        backend["init_args"] = {"num_cpus": num_cpus}
-    run_simulation(make_server_app(settings), make_client_app(settings), num_supernodes=num_clients,
-                   backend_config=backend, verbose_logging=verbose)  # type: ignore[arg-type]
+    settings = FlowerSettings(config=config, run_dir=str(run_dir), progress=progress, wait_for_nodes=60.0,
+                              client_state_dir=str(run_dir / "client_states"), resume=resume,
+                              stop_after=stop_after or 0)
+    try:
+        run_simulation(make_server_app(settings), make_client_app(settings), num_supernodes=num_clients,
+                       backend_config=backend_config(num_cpus, cpus_per_client),  # type: ignore[arg-type]
+                       verbose_logging=verbose)
+    except KeyboardInterrupt:
+        settings.stop_event.set()  # the ServerApp thread rolls back, checkpoints and stops
+        settings.finished.wait(timeout=60.0)
+        raise Interrupted(f"interrupted; the checkpoint of the last completed round is in {run_dir / 'checkpoints'}"
+                          ". Continue with --resume.") from None
+    except Exception as err:
+        if settings.errors and isinstance(settings.errors[0], FedhetError):
+            raise settings.errors[0] from None
+        if settings.errors:
+            raise FedhetError(f"the Flower ServerApp failed: {settings.errors[0]!r}") from err
+        raise
+    if settings.errors:
+        raise settings.errors[0]
     if not settings.results:
         raise FedhetError(f"the Flower simulation ended without a result (see the log above); run dir {run_dir}")
     return settings.results[0]

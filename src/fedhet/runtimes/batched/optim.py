@@ -1,0 +1,193 @@
+"""Functional local optimizers: torch.optim.SGD / Adam / AdamW updates as pure functions over tensor dicts.
+
+`update(params, grads, state) -> (params, state)` never mutates its inputs, so it runs per client under
+`torch.func.vmap` (or directly on client-stacked tensors: every per-client scalar, e.g. Adam's step count,
+broadcasts over the trailing dimensions). With `donate=True` (JAX's buffer donation) the caller hands over the
+parameter and state tensors and they are updated in place, as torch.optim does: the same arithmetic, without
+allocating a new copy of every parameter each step (lanes.py donates when every lane takes the step).
+The arithmetic follows torch.optim's single-tensor code path operation by operation (torch 2.x,
+`foreach=False`, the CPU default), so results agree to float rounding:
+
+- SGD (`torch.optim.SGD`, Sutskever et al. 2013 momentum form): g <- g + wd * p; on the first step the
+  momentum buffer is a copy of g (torch's `buf is None` branch, which skips dampening), afterwards
+  buf <- momentum * buf + (1 - dampening) * g; nesterov: g <- g + momentum * buf, else g <- buf; p <- p - lr * g.
+- Adam (`torch.optim.Adam`, Kingma & Ba 2015, L2 weight decay added to the gradient) and AdamW
+  (`torch.optim.AdamW`, Loshchilov & Hutter 2019: p <- p * (1 - lr * wd) before the Adam step).
+- `clip_grad_norm` is `torch.nn.utils.clip_grad_norm_` (total 2-norm, coefficient max_norm / (norm + 1e-6)
+  clamped at 1).
+
+The state holds a per-client `step` count: a client masked out of a step keeps its old state (see lanes.py),
+so clients may have taken different numbers of steps. `to_torch` / `from_torch` convert one client's state
+to and from `torch.optim.Optimizer.state_dict()` format (parameters indexed in `params` order), so a
+persisted optimizer state (`train.persist_optimizer`) moves freely between this runtime and the in-process one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedhet.config import TrainConfig
+
+Tensors = dict[str, torch.Tensor]
+OptState = dict[str, Tensors]  # slot -> parameter name -> tensor; slot "step" maps "" -> count
+
+
+def _expand(scalar: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A per-client scalar (shape S) viewed as S + (1,) * k so that it broadcasts against `like`."""
+    return scalar.reshape(scalar.shape + (1,) * (like.dim() - scalar.dim()))
+
+
+@dataclass(frozen=True)
+class SGD:
+    """torch.optim.SGD(lr, momentum, dampening, weight_decay, nesterov) as a pure function."""
+
+    lr: float
+    momentum: float = 0.0
+    dampening: float = 0.0
+    weight_decay: float = 0.0
+    nesterov: bool = False
+
+    def init(self, params: Tensors, step_shape: tuple[int, ...] = ()) -> OptState:
+        """Fresh state: zero buffers (unused until the first step) and step count 0 per client."""
+        ref = next(iter(params.values()))
+        state: OptState = {"step": {"": torch.zeros(step_shape, dtype=torch.float32, device=ref.device)}}
+        if self.momentum != 0:
+            state["momentum_buffer"] = {k: torch.zeros_like(v) for k, v in params.items()}
+        return state
+
+    def update(self, params: Tensors, grads: Tensors, state: OptState, donate: bool = False
+               ) -> tuple[Tensors, OptState]:
+        """One SGD step; returns new parameters and state. Inputs are untouched unless `donate`: then the
+        parameters and buffers are updated in place (as torch.optim does) and returned."""
+        step = state["step"][""]
+        new_p: Tensors = {}
+        new_buf: Tensors = {}
+        for k, p in params.items():
+            g = grads[k]
+            if self.weight_decay != 0:
+                g = g.add(p, alpha=self.weight_decay)
+            if self.momentum != 0:
+                old = state["momentum_buffer"][k]
+                buf = (old.mul_(self.momentum) if donate else old.mul(self.momentum)).add_(g, alpha=1 - self.dampening)
+                if self.dampening != 0:  # torch's first step copies the gradient (with dampening 0, 0 * m + g = g)
+                    buf = torch.where(_expand(step, p) > 0, buf, g)
+                new_buf[k] = buf
+                g = g.add(buf, alpha=self.momentum) if self.nesterov else buf
+            new_p[k] = p.add_(g, alpha=-self.lr) if donate else p.add(g, alpha=-self.lr)
+        new_state: OptState = {"step": {"": step + 1}}
+        if self.momentum != 0:
+            new_state["momentum_buffer"] = new_buf
+        return new_p, new_state
+
+    def to_torch(self, state: OptState, names: list[str]) -> dict:
+        """One client's state as `torch.optim.SGD.state_dict()` (no entries before the first step)."""
+        entries: dict[int, dict[str, torch.Tensor]] = {}
+        if self.momentum != 0 and float(state["step"][""]) > 0:
+            entries = {i: {"momentum_buffer": state["momentum_buffer"][k].clone()} for i, k in enumerate(names)}
+        group = {"lr": self.lr, "momentum": self.momentum, "dampening": self.dampening,
+                 "weight_decay": self.weight_decay, "nesterov": self.nesterov, "maximize": False, "foreach": None,
+                 "differentiable": False, "fused": None, "params": list(range(len(names)))}
+        return {"state": entries, "param_groups": [group]}
+
+    def from_torch(self, saved: dict, params: Tensors) -> OptState:
+        """One client's state from a `torch.optim.SGD.state_dict()` over `params` (in order)."""
+        state = self.init(params)
+        entries = saved.get("state", {})
+        if self.momentum != 0 and entries:
+            state["momentum_buffer"] = {k: entries[i]["momentum_buffer"].detach().clone().to(p)
+                                        for i, (k, p) in enumerate(params.items())}
+            state["step"][""] = torch.ones((), device=next(iter(params.values())).device)
+        return state
+
+
+@dataclass(frozen=True)
+class Adam:
+    """torch.optim.Adam (L2 weight decay) or, with `decoupled`, torch.optim.AdamW, as a pure function."""
+
+    lr: float
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    decoupled: bool = False
+
+    def init(self, params: Tensors, step_shape: tuple[int, ...] = ()) -> OptState:
+        """Fresh state: zero moments and step count 0 per client."""
+        ref = next(iter(params.values()))
+        return {"step": {"": torch.zeros(step_shape, dtype=torch.float32, device=ref.device)},
+                "exp_avg": {k: torch.zeros_like(v) for k, v in params.items()},
+                "exp_avg_sq": {k: torch.zeros_like(v) for k, v in params.items()}}
+
+    def update(self, params: Tensors, grads: Tensors, state: OptState, donate: bool = False
+               ) -> tuple[Tensors, OptState]:
+        """One Adam(W) step; returns new parameters and state (inputs untouched unless `donate`, see SGD)."""
+        beta1, beta2 = self.betas
+        step = state["step"][""] + 1
+        t = step.to(torch.float64)  # torch computes the bias corrections in Python (double) floats
+        bias1 = 1 - beta1 ** t
+        bias2_sqrt = (1 - beta2 ** t).sqrt()
+        new_p: Tensors = {}
+        new_m: Tensors = {}
+        new_v: Tensors = {}
+        for k, p in params.items():
+            g = grads[k]
+            if self.weight_decay != 0:
+                if self.decoupled:
+                    p = p.mul_(1 - self.lr * self.weight_decay) if donate else p.mul(1 - self.lr * self.weight_decay)
+                else:
+                    g = g.add(p, alpha=self.weight_decay)
+            # the moments are updated out of place even when donated: vmap has no batching rule for lerp_/addcmul_
+            m = state["exp_avg"][k].lerp(g, 1 - beta1)
+            v = state["exp_avg_sq"][k].mul(beta2).addcmul(g, g, value=1 - beta2)
+            denom = (v.sqrt() / _expand(bias2_sqrt, p).to(p.dtype)).add_(self.eps)
+            update = _expand(-self.lr / bias1, p).to(p.dtype) * m / denom  # torch: addcdiv(value=-step_size)
+            new_p[k] = p.add_(update) if donate else p + update
+            new_m[k], new_v[k] = m, v
+        return new_p, {"step": {"": step}, "exp_avg": new_m, "exp_avg_sq": new_v}
+
+    def to_torch(self, state: OptState, names: list[str]) -> dict:
+        """One client's state as `torch.optim.Adam(W).state_dict()` (no entries before the first step)."""
+        step = state["step"][""]
+        entries: dict[int, dict[str, torch.Tensor]] = {}
+        if float(step) > 0:
+            entries = {i: {"step": step.detach().to("cpu", torch.float32).clone(),
+                           "exp_avg": state["exp_avg"][k].clone(), "exp_avg_sq": state["exp_avg_sq"][k].clone()}
+                       for i, k in enumerate(names)}
+        group = {"lr": self.lr, "betas": self.betas, "eps": self.eps, "weight_decay": self.weight_decay,
+                 "amsgrad": False, "maximize": False, "foreach": None, "capturable": False, "differentiable": False,
+                 "fused": None, "decoupled_weight_decay": self.decoupled, "params": list(range(len(names)))}
+        return {"state": entries, "param_groups": [group]}
+
+    def from_torch(self, saved: dict, params: Tensors) -> OptState:
+        """One client's state from a `torch.optim.Adam(W).state_dict()` over `params` (in order)."""
+        state = self.init(params)
+        entries = saved.get("state", {})
+        if entries:
+            for i, (k, p) in enumerate(params.items()):
+                state["exp_avg"][k] = entries[i]["exp_avg"].detach().clone().to(p)
+                state["exp_avg_sq"][k] = entries[i]["exp_avg_sq"].detach().clone().to(p)
+            state["step"][""] = torch.as_tensor(entries[0]["step"], dtype=torch.float32).clone().to(p.device)
+        return state
+
+
+FunctionalOptimizer = SGD | Adam
+
+
+def optimizer_for(cfg: TrainConfig, lr: float | None = None) -> FunctionalOptimizer:
+    """The functional twin of `engine.local.make_optimizer(cfg)`: same algorithm and hyperparameters."""
+    lr = cfg.lr if lr is None else lr
+    if cfg.optimizer == "adam":
+        return Adam(lr=lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return Adam(lr=lr, weight_decay=cfg.weight_decay, decoupled=True)
+    return SGD(lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def clip_grad_norm(grads: Tensors, max_norm: float) -> Tensors:
+    """`torch.nn.utils.clip_grad_norm_` as a pure function: scale all gradients by
+    min(1, max_norm / (total 2-norm + 1e-6))."""
+    norms = [torch.linalg.vector_norm(g, 2) for g in grads.values()]
+    total = torch.linalg.vector_norm(torch.stack(norms), 2)
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    return {k: g * coef for k, g in grads.items()}
