@@ -19,10 +19,13 @@ sweep() { $FEDHET sweep "$1" "run.num_threads=$THREADS" --quiet; }
 if [[ $what == all || $what == surf ]]; then sweep configs/office_caltech10_surf.yaml; fi
 if [[ $what == all || $what == digits ]]; then
   sweep configs/cpu/digits.yaml
+  sweep configs/cpu/digits_fraug_investigate.yaml
+  sweep configs/cpu/digits_r50.yaml
   sweep configs/cpu/digits_fraug_tables.yaml
 fi
 if [[ $what == all || $what == pacs ]]; then
   sweep configs/cpu/pacs.yaml
+  sweep configs/cpu/pacs_fraug_investigate.yaml
   sweep configs/cpu/pacs_fraug_tables.yaml
 fi
 if [[ $what == all || $what == cost ]]; then
@@ -34,12 +37,14 @@ fi
 # runs of fraug / fedbn / fedavg / single) are taken at seed 0 only.
 report() { local out=$1 ref=$2; shift 2; $FEDHET report "$@" --out "$OUT/$out" ${ref:+--reference "$ref"}; }
 seed0() { local root=$1; shift; for v in "$@"; do echo "$root/$v/seed0"; done; }
-report table2_surf "" runs/office_caltech10_surf
+report table2_surf "" runs/office_caltech10_surf || true
+report digits_r50 "" runs/cpu_digits_r50 || true
 for ds in digits pacs; do
   root=runs/cpu_$ds/$ds
   [[ -d $root/fraug ]] || continue
   report table2_$ds configs/paper/fraug_table2_$ds.yaml \
     $(for m in single all fedavg fedprox fedproto fedbabu pfedavg partialfed fedbn fraug; do echo $root/$m; done)
+  report investigate_$ds "" $root/fedavg $root/fedbn $root/fraug $root/fraug_cmean || true
   report table5_$ds configs/paper/fraug_table5_$ds.yaml \
     $(seed0 $root fraug_rt fraug_rt_ema fraug_g fraug_g_ema fraug_g_rt fraug) || true
   report table6_$ds "" $(seed0 $root fedavg fedbn fraug fedavg_sigma0.01 fedbn_sigma0.01 fraug_sigma0.01 \
