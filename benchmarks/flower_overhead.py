@@ -144,38 +144,17 @@ def payload_floats(cfg) -> int:
 def run_floor(cfg, work: Path, poll: float, task_poll: float | None, imports: list[str]) -> dict[str, Any]:
     """The no-op app on a fresh SuperLink + one SuperNode per client, as the deployment uses."""
     from fedhet.data import build_federated_data
-    from fedhet.runtimes.flower.deploy import LocalFederation, flwr_run
+    from fedhet.runtimes.flower.deploy import LocalFederation, flower_app_pyproject, flwr_run
 
     nodes = len(build_federated_data(cfg.data, cfg.seed).clients)
     app = work / "floor-app"
     app.mkdir(parents=True, exist_ok=True)
     (app / "noop_app.py").write_text(NOOP_APP.format(imports="".join(f"import {m}  # noqa: F401\n" for m in imports)))
     out = work / "floor.json"
-    (app / "pyproject.toml").write_text(f"""[build-system]
-requires = ["hatchling"]
-build-backend = "hatchling.build"
-
-[project]
-name = "fedhet-flower-floor"
-version = "1.0.0"
-description = "no-op Flower app (benchmarks/flower_overhead.py)"
-license = "Apache-2.0"
-dependencies = []
-
-[tool.flwr.app]
-publisher = "fedhet"
-
-[tool.flwr.app.components]
-serverapp = "noop_app:server_app"
-clientapp = "noop_app:client_app"
-
-[tool.flwr.app.config]
-nodes = {nodes}
-rounds = {cfg.rounds}
-poll-interval = {float(poll)}
-payload-floats = {payload_floats(cfg)}
-out = {json.dumps(str(out))}
-""")
+    app_config = (f"nodes = {nodes}\nrounds = {cfg.rounds}\npoll-interval = {float(poll)}\n"
+                  f"payload-floats = {payload_floats(cfg)}\nout = {json.dumps(str(out))}")
+    (app / "pyproject.toml").write_text(flower_app_pyproject(
+        "fedhet-flower-floor", "no-op Flower app (benchmarks/flower_overhead.py)", "noop_app", app_config))
     start = time.perf_counter()
     with LocalFederation(nodes, work / "floor-flower", task_poll_interval=task_poll) as federation:
         flwr_run(app, federation, timeout=3600)

@@ -30,11 +30,11 @@ from torch.utils.flop_counter import FlopCounterMode
 from fedhet.config import ExperimentConfig, load_config
 from fedhet.engine.atomic import atomic_write_text
 from fedhet.engine.experiment import Experiment, build_experiment
-from fedhet.engine.messages import Reply
 from fedhet.engine.seeding import seeded
 from fedhet.engine.sweep import plan_sweep
 from fedhet.models import build_model, count_params_and_macs
 from fedhet.models.fraug_nets import Generator, RTNet
+from fedhet.runtimes.inprocess import InProcessClients
 
 Z_DIM = 256  # FRAug appendix: d_z = 256 for every dataset
 
@@ -73,14 +73,11 @@ def _experiment(cfg: ExperimentConfig, method: str) -> Experiment:
     return build_experiment(plan_sweep(cfg, methods=[method], seeds=[cfg.seed]).configs[0])
 
 
-def _fit_once(exp: Experiment, server: Any, states: dict[int, Any], rnd: int) -> tuple[Any, dict[int, Any]]:
-    alg, replies = exp.algorithm, []
-    for cid in range(len(exp.data.clients)):
-        ctx = exp.context(cid, rnd)
-        with seeded(exp.config.seed, rnd, cid, "fit"):
-            out, states[cid] = alg.fit(alg.broadcast(server, rnd, cid), states[cid], ctx)
-        replies.append(Reply(cid, out, ctx.data.num_train))
-    return alg.aggregate(server, replies), states
+def _train_round(exp: Experiment, clients: InProcessClients, server: Any, rnd: int) -> Any:
+    """One round of local training of every client and the aggregation, as the in-process runtime runs it."""
+    alg = exp.algorithm
+    replies = clients.fit(rnd, {cid: alg.broadcast(server, rnd, cid) for cid in range(clients.num_train_clients)})
+    return alg.aggregate(server, replies)
 
 
 def flops_per_step(exp: Experiment, steps: int) -> float:
@@ -122,12 +119,12 @@ def main() -> None:
     }
     if not args.skip_timing:
         times: dict[str, list[float]] = {m: [] for m in exps}
-        run_state = {m: (e.algorithm.init_server(), {c: e.algorithm.init_client(c)
-                                                     for c in range(len(e.data.clients))}) for m, e in exps.items()}
+        clients = {m: InProcessClients(e) for m, e in exps.items()}
+        servers = {m: e.algorithm.init_server() for m, e in exps.items()}
         for rnd in range(1, args.rounds + 1):
             for m, e in exps.items():
                 t0 = time.perf_counter()
-                run_state[m] = _fit_once(e, *run_state[m], rnd)
+                servers[m] = _train_round(e, clients[m], servers[m], rnd)
                 times[m].append(time.perf_counter() - t0)
         med = {m: statistics.median(t[1:]) for m, t in times.items()}
         result.update(round_times_s=times, median_round_time_s=med,

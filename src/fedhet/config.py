@@ -335,15 +335,15 @@ def _read_config_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if not isinstance(parent, str):
         raise ConfigError(f"config file '{path}': extends must be a file path, got {parent!r}")
     tree = _read_config_tree(path.parent / parent, (*seen, path.resolve()))
-    _deep_merge(tree, loaded)
+    deep_merge(tree, loaded)
     return tree
 
 
-def _deep_merge(tree: dict[str, Any], extra: dict[str, Any]) -> None:
+def deep_merge(tree: dict[str, Any], extra: dict[str, Any]) -> None:
     """Merge `extra` into `tree`: nested dicts key by key, anything else replaced."""
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(tree.get(key), dict):
-            _deep_merge(tree[key], value)
+            deep_merge(tree[key], value)
         else:
             tree[key] = value
 
@@ -358,7 +358,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """
     tree: dict[str, Any] = dict(base or {})
     if path is not None:
-        _deep_merge(tree, _read_config_tree(Path(path), ()))
+        deep_merge(tree, _read_config_tree(Path(path), ()))
     for key, value in parse_overrides(overrides or []):
         set_path(tree, key, value)
     cfg = from_dict(ExperimentConfig, tree)

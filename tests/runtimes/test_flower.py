@@ -43,16 +43,7 @@ def cfg(*extra: str):
     return load_config(None, BASE + list(extra))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def private_flower_home(tmp_path_factory):
-    """Flower writes FLWR_HOME (default ~/.flwr: a telemetry id, config.toml); keep the real home untouched."""
-    real = Path.home() / ".flwr"
-    before = sorted(real.rglob("*")) if real.exists() else None
-    with pytest.MonkeyPatch.context() as mp:
-        home = tmp_path_factory.mktemp("flwr-home")
-        mp.setenv("FLWR_HOME", str(home))
-        yield home
-    assert (sorted(real.rglob("*")) if real.exists() else None) == before
+pytestmark = pytest.mark.usefixtures("private_flower_home")
 
 
 @pytest.fixture

@@ -69,15 +69,7 @@ def rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def private_flower_home(tmp_path_factory):
-    """Flower writes FLWR_HOME (default ~/.flwr); keep the real home untouched."""
-    real = Path.home() / ".flwr"
-    before = sorted(real.rglob("*")) if real.exists() else None
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FLWR_HOME", str(tmp_path_factory.mktemp("flwr-home")))
-        yield
-    assert (sorted(real.rglob("*")) if real.exists() else None) == before
+pytestmark = pytest.mark.usefixtures("private_flower_home")
 
 
 @pytest.fixture

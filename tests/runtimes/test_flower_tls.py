@@ -8,7 +8,6 @@ import os
 import socket
 import ssl
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -23,15 +22,7 @@ BASE = ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={widt
         "run.num_threads=1"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def private_flower_home(tmp_path_factory):
-    """Flower writes FLWR_HOME (default ~/.flwr); keep the real home untouched."""
-    real = Path.home() / ".flwr"
-    before = sorted(real.rglob("*")) if real.exists() else None
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FLWR_HOME", str(tmp_path_factory.mktemp("flwr-home")))
-        yield
-    assert (sorted(real.rglob("*")) if real.exists() else None) == before
+pytestmark = pytest.mark.usefixtures("private_flower_home")
 
 
 def test_self_signed_certificates_verify_for_127_0_0_1(tmp_path) -> None:

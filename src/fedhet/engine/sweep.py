@@ -11,7 +11,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from fedhet.config import ExperimentConfig, from_dict
+from fedhet.config import ExperimentConfig, deep_merge, from_dict
 from fedhet.engine.loop import run_dir_for, run_experiment
 from fedhet.engine.rundir import RunDirectory
 from fedhet.errors import ConfigError, nearest
@@ -65,21 +65,13 @@ def plan_sweep(cfg: ExperimentConfig, methods: list[str] | None = None, seeds: l
         tree = copy.deepcopy(base)
         tree.update(method=method, seed=int(seed), label=entry if variant is not None else base.get("label", ""))
         tree["data"]["dataset"] = dataset
-        _merge(tree, overrides.get(method, {}))
+        deep_merge(tree, overrides.get(method, {}))
         if variant is not None:
-            _merge(tree, {k: v for k, v in variant.items() if k != "method"})
+            deep_merge(tree, {k: v for k, v in variant.items() if k != "method"})
         one = from_dict(ExperimentConfig, tree)
         one.validate()
         configs.append(one)
     return SweepPlan(configs)
-
-
-def _merge(tree: dict[str, Any], extra: dict[str, Any]) -> None:
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(tree.get(key), dict):
-            _merge(tree[key], value)
-        else:
-            tree[key] = value
 
 
 def run_sweep(plan: SweepPlan, progress: bool = True) -> list[Path]:
