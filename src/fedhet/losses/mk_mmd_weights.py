@@ -66,13 +66,13 @@ def mk_mmd_statistics(x: Tensor, y: Tensor, gammas: Tensor, max_block_elems: int
         k = g.numel()
         rows = max(1, max_block_elems // (k * n))
         total = torch.zeros(k, dtype=torch.float64, device=x.device)
-        for h in _h_row_blocks(x, y, g, rows):
+        second = torch.zeros(k, k, dtype=torch.float64, device=x.device)
+        for h in _h_row_blocks(x, y, g, rows):  # one pass: sums and raw second moments (float64, h = O(1))
             total += h.sum(dim=(1, 2))
+            flat = h.reshape(k, -1)
+            second += flat @ flat.T
         d = total / (n * n)
-        q = torch.zeros(k, k, dtype=torch.float64, device=x.device)
-        for h in _h_row_blocks(x, y, g, rows):
-            c = (h - d.reshape(-1, 1, 1)).reshape(k, -1)
-            q += c @ c.T
+        q = second - (n * n) * torch.outer(d, d)
         q /= n * n - 1.0
     return d, q
 
