@@ -78,8 +78,12 @@ def time_rounds(clients: InProcessClients, messages: dict[int, Message], device:
         sync(device)
         if r >= warmup:
             times.append(time.perf_counter() - start)
-            first = first or replies
+            first = first or replies[:KEEP_REPLIES]
+        del replies
     return times, first
+
+
+KEEP_REPLIES = 8  # replies compared between the runtimes (all N would hold N full models twice: 256 x 57 MB x 2)
 
 
 def max_diff(a: list[Reply], b: list[Reply]) -> float:
@@ -92,7 +96,8 @@ def measure(model: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     exp = experiment(model, n, args)
     alg = exp.algorithm
     server = alg.init_server()
-    messages = {cid: alg.broadcast(server, 1, cid) for cid in range(n)}
+    shared = alg.broadcast(server, 1, 0)  # the same global model for every client: one copy, not N
+    messages = {cid: shared for cid in range(n)}
     batched = BatchedClients(exp)
     row: dict[str, Any] = {"model": model, "method": exp.config.method, "clients": n,
                            "local_steps": args.local_steps, "batch_size": args.batch_size,
