@@ -43,7 +43,8 @@ def _print_final(final: dict[str, dict[str, float]]) -> None:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from fedhet.config import load_config
-    from fedhet.engine.sweep import plan_sweep, run_sweep
+    from fedhet.engine.loop import run_dir_for
+    from fedhet.engine.sweep import check_plan, plan_sweep, run_sweep
     from fedhet.report import write_report
 
     cfg = load_config(args.config, args.overrides)
@@ -53,6 +54,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
     datasets = args.datasets.split(",") if args.datasets else None
     plan = plan_sweep(cfg, methods, seeds, datasets)
+    if args.check:
+        checked = check_plan(plan)
+        for one, status in checked:
+            print(f"{status:<9} {one.variant:<24} seed {one.seed:<3} {one.data.dataset:<20} {run_dir_for(one)}")
+        counts = {s: sum(1 for _, st in checked if st == s) for s in ("finished", "resume", "new")}
+        print(f"{len(checked)} runs valid: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        return 0
     run_dirs = run_sweep(plan, progress=not args.quiet)
     out = Path(args.report_dir) if args.report_dir else Path(cfg.run.out_dir) / cfg.name / "report"
     paths = write_report(run_dirs, out)
@@ -168,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seeds", help="comma-separated (default: the config's sweep.seeds)")
     sweep.add_argument("--datasets", help="comma-separated (default: the config's sweep.datasets)")
     sweep.add_argument("--report-dir", default=None)
+    sweep.add_argument("--check", action="store_true",
+                       help="validate every planned run (method args, dataset, model names) and list its status; "
+                            "runs nothing")
     sweep.add_argument("-q", "--quiet", action="store_true")
     sweep.set_defaults(func=_cmd_sweep)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from fedhet_testing import tiny_client, tiny_model
 from torch import nn
@@ -9,6 +10,7 @@ from torch import nn
 from fedhet.algorithms import ALGORITHMS, ClientContext
 from fedhet.config import ServerConfig, TrainConfig
 from fedhet.engine.messages import Reply
+from fedhet.errors import ConfigError
 
 CPU = torch.device("cpu")
 
@@ -52,6 +54,11 @@ def test_fedavg_round_by_hand() -> None:
     for key in new:
         want = (4 * expected[0][key] + 2 * expected[1][key]) / 6
         assert torch.allclose(new[key], want, atol=1e-6), key
+
+
+def test_fedbn_on_a_model_without_batchnorm_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="has none.*fedavg"):
+        make("fedbn", bn=False)
 
 
 def test_fedbn_keeps_bn_local_and_shares_the_rest() -> None:

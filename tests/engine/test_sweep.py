@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fedhet.config import ExperimentConfig, from_dict
-from fedhet.engine.sweep import plan_sweep, run_sweep
+from fedhet.engine.sweep import check_plan, plan_sweep, run_sweep
 from fedhet.errors import ConfigError
 from fedhet.report.runs import load_runs
 from fedhet.report.table import make_table
@@ -60,3 +60,19 @@ def test_variant_runs_report_under_their_label(tmp_path) -> None:
     assert {r.method for r in runs} == {"fedavg"}
     table = make_table(runs).datasets[0]
     assert table.columns == ["fedavg", "fedavg_lr_small"]
+
+
+def test_check_plan_validates_every_run_without_training(tmp_path) -> None:
+    cfg = _cfg(tmp_path, {"methods": ["fedavg", "fedbn"], "seeds": [0, 1]})
+    checked = check_plan(plan_sweep(cfg))
+    assert [(c.method, c.seed, status) for c, status in checked] == [
+        ("fedavg", 0, "new"), ("fedavg", 1, "new"), ("fedbn", 0, "new"), ("fedbn", 1, "new")]
+    assert not any(tmp_path.iterdir())  # nothing was run or written
+    no_bn = _cfg(tmp_path, {"methods": ["fedavg", "fedbn"]})
+    no_bn.model.args = {"width": 8, "norm": "none"}
+    with pytest.raises(ConfigError, match="sweep run fedbn seed 0.*has none"):
+        check_plan(plan_sweep(no_bn))
+    bad = {"fraug_bad": {"method": "fraug", "method_args": {"class_reduction": "max"}}}
+    bad_arg = _cfg(tmp_path, {"variants": bad})
+    with pytest.raises(ConfigError, match="sweep run fraug_bad seed 0.*class_reduction"):
+        check_plan(plan_sweep(bad_arg))

@@ -1,7 +1,8 @@
 """FedBN (Li et al., ICLR 2021): FedAvg, but every BatchNorm layer stays local.
 
 All BatchNorm parameters (weight, bias) AND buffers (running mean/var, num_batches_tracked) are excluded
-from communication, selected by layer type (`_BatchNorm`), not by name.
+from communication, selected by layer type (`_BatchNorm`), not by name. A model without BatchNorm is a
+ConfigError: FedBN would equal FedAvg without saying so.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from torch import nn
 from fedhet.algorithms.base import Algorithm, BatchedStep
 from fedhet.algorithms.registry import register
 from fedhet.engine.params import BN_TYPES, keys_of_types
+from fedhet.errors import ConfigError
 
 
 @register
@@ -21,7 +23,12 @@ class FedBN(Algorithm):
     personalized = True
 
     def shared_keys(self, model: nn.Module) -> set[str]:
-        return set(model.state_dict()) - keys_of_types(model, BN_TYPES)
+        """Everything but BatchNorm; a model without BatchNorm is an error (FedBN would silently be FedAvg)."""
+        local = keys_of_types(model, BN_TYPES)
+        if not local:
+            raise ConfigError("fedbn keeps the model's BatchNorm layers local, but this model has none, so it would "
+                              "run exactly as fedavg; give the model BatchNorm (e.g. model.args.norm=bn) or use fedavg")
+        return set(model.state_dict()) - local
 
     def batched_step(self) -> BatchedStep:
         """FedAvg's step; the local BatchNorm keys are kept per client by `fit` (the runtime keeps each

@@ -74,6 +74,40 @@ def plan_sweep(cfg: ExperimentConfig, methods: list[str] | None = None, seeds: l
     return SweepPlan(configs)
 
 
+def check_plan(plan: SweepPlan) -> list[tuple[ExperimentConfig, str]]:
+    """Validate every planned run without loading data or training: the dataset name, the model (built, without
+    pretrained weights, at the dataset's input shape when the registry knows it) and the method (its
+    `method_args` validated and the algorithm constructed on that model, which catches e.g. FedBN on a model
+    without BatchNorm). Returns (config, status) per run, status one of finished / resume / new; the first
+    invalid run raises its ConfigError, prefixed with the run's label and seed."""
+    import torch
+
+    from fedhet.algorithms import ALGORITHMS
+    from fedhet.data.registry import get_spec
+    from fedhet.models import build_model
+
+    checked = []
+    for cfg in plan.configs:
+        try:
+            spec = get_spec(cfg.data.dataset)
+            cls = ALGORITHMS.get(cfg.method)
+            params = from_dict(cls.Params, cfg.method_args, "method_args")
+            if hasattr(params, "validate"):
+                params.validate()
+            size = cfg.data.image_size or spec.default_image_size
+            shape = (3, size, size) if spec.modality == "image" and size else (
+                (spec.feature_dim,) if spec.feature_dim else None)
+            if shape is not None:
+                model = build_model(cfg.model.name, len(spec.classes), shape, pretrained=False, **cfg.model.args)
+                cls(params, lambda m=model: m, cfg.train, cfg.server, len(spec.classes), torch.device("cpu"))
+        except ConfigError as err:
+            raise ConfigError(f"sweep run {cfg.variant} seed {cfg.seed} ({cfg.data.dataset}): {err}") from err
+        rundir = RunDirectory(run_dir_for(cfg))
+        status = "finished" if rundir.is_finished() else "resume" if rundir.latest_checkpoint.is_file() else "new"
+        checked.append((cfg, status))
+    return checked
+
+
 def run_sweep(plan: SweepPlan, progress: bool = True) -> list[Path]:
     """Run every config of the plan; skip finished runs and resume interrupted ones."""
     done = []
