@@ -37,7 +37,7 @@ from fedhet.config import load_config  # noqa: E402
 from fedhet.engine.atomic import atomic_write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("inprocess", "simulation", "deployment", "floor")
+MODES = ("inprocess", "simulation", "deployment", "deployment-no-workers", "floor")
 
 NOOP_APP = '''"""No-op Flower apps: Flower's own per-round floor for `rounds` waves of train + evaluate messages."""
 import json
@@ -124,13 +124,14 @@ def run_simulation(cfg, work: Path, num_cpus: int) -> dict[str, Any]:
     return _summary(work / "simulation", time.perf_counter() - start)
 
 
-def run_deployment(cfg, work: Path, poll: float, task_poll: float | None) -> dict[str, Any]:
+def run_deployment(cfg, work: Path, poll: float, task_poll: float | None, workers: bool = True) -> dict[str, Any]:
     from fedhet.runtimes.flower.deploy import deploy_experiment
 
+    name = "deployment" if workers else "deployment-no-workers"
     start = time.perf_counter()
-    deploy_experiment(cfg, work / "deployment", workdir=work / "deployment-flower", timeout=3600,
-                      poll_interval=poll, task_poll_interval=task_poll)
-    return _summary(work / "deployment", time.perf_counter() - start)
+    deploy_experiment(cfg, work / name, workdir=work / f"{name}-flower", timeout=3600,
+                      poll_interval=poll, task_poll_interval=task_poll, workers=workers)
+    return _summary(work / name, time.perf_counter() - start)
 
 
 def payload_floats(cfg) -> int:
@@ -192,8 +193,9 @@ def main() -> None:
             results[mode] = run_inprocess(cfg, work)
         elif mode == "simulation":
             results[mode] = run_simulation(cfg, work, args.num_cpus)
-        elif mode == "deployment":
-            results[mode] = run_deployment(cfg, work, args.poll_interval, args.task_poll_interval)
+        elif mode in ("deployment", "deployment-no-workers"):
+            results[mode] = run_deployment(cfg, work, args.poll_interval, args.task_poll_interval,
+                                           workers=mode == "deployment")
         else:
             imports = [m for m in args.floor_imports.split(",") if m]
             results[mode] = run_floor(cfg, work, args.poll_interval, args.task_poll_interval, imports)

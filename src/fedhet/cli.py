@@ -129,6 +129,14 @@ def _cmd_flower(args: argparse.Namespace) -> int:
     from fedhet.runtimes.flower import require_flower
 
     require_flower()
+    if args.action == "worker":
+        from fedhet.runtimes.flower.worker import Worker
+
+        if not args.socket:
+            raise FedhetError("fedhet flower worker needs --socket PATH (the path the SuperNode's node config names "
+                              "as fedhet-worker)")
+        Worker(args.socket).serve()
+        return 0
     cfg = load_config(*_config_and_overrides(args))
     run_dir = Path(args.run_dir) if args.run_dir else run_dir_for(cfg)
     if args.action == "simulate":
@@ -141,7 +149,7 @@ def _cmd_flower(args: argparse.Namespace) -> int:
         from fedhet.runtimes.flower.deploy import deploy_experiment
 
         deploy_experiment(cfg, run_dir, workdir=args.workdir, port=args.port, resume=args.resume,
-                          stop_after=args.stop_after, tls_dir=args.tls_dir)
+                          stop_after=args.stop_after, tls_dir=args.tls_dir, workers=not args.no_workers)
     else:
         from fedhet.runtimes.flower.deploy import write_flower_app
 
@@ -195,8 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--plot", default=None, help="write a PNG of the partition here")
     data.set_defaults(func=_cmd_data)
 
-    flower = sub.add_parser("flower", help="run on Flower: simulate | deploy (local SuperLink + SuperNodes) | app")
-    flower.add_argument("action", choices=["simulate", "deploy", "app"])
+    flower = sub.add_parser("flower", help="run on Flower: simulate | deploy (local SuperLink + SuperNodes) | app | "
+                                           "worker (a SuperNode's long-lived fedhet worker)")
+    flower.add_argument("action", choices=["simulate", "deploy", "app", "worker"])
     flower.add_argument("config", nargs="?")
     flower.add_argument("overrides", nargs="*")
     flower.add_argument("--run-dir", default=None, help="where the ServerApp writes results (default: runs/NAME/...)")
@@ -210,6 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
     flower.add_argument("--tls-dir", default=None,
                         help="deploy: TLS with DIR/ca.crt, server.pem, server.key (self-signed ones are written "
                              "for 127.0.0.1 if DIR has none)")
+    flower.add_argument("--no-workers", action="store_true",
+                        help="deploy: no fedhet worker beside each SuperNode (every ClientApp process imports "
+                             "torch and builds the experiment itself; slower)")
+    flower.add_argument("--socket", default=None, help="worker: the Unix socket to serve on")
     flower.add_argument("-q", "--quiet", action="store_true")
     flower.set_defaults(func=_cmd_flower)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -28,11 +30,14 @@ from fedhet.engine.experiment import build_experiment  # noqa: E402
 from fedhet.engine.loop import run_experiment  # noqa: E402
 from fedhet.engine.messages import Message  # noqa: E402
 from fedhet.runtimes.flower import client as flower_client  # noqa: E402
+from fedhet.runtimes.flower import node_app  # noqa: E402
+from fedhet.runtimes.flower.app import FlowerSettings  # noqa: E402
 from fedhet.runtimes.flower.records import (  # noqa: E402
     from_content,
     to_content,
 )
 from fedhet.runtimes.flower.server import FlowerRoundLoop  # noqa: E402
+from fedhet.runtimes.flower.worker import Worker  # noqa: E402
 
 BASE = ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={width: 8}", "train.local_steps=1",
         "train.batch_size=16", "train.lr=0.1", "data.max_test_per_client=20", "run.quiet=true", "run.device=cpu",
@@ -77,10 +82,13 @@ class LoopbackGrid:
     """A Grid stand-in that hands each message to the ClientApp handlers in this process, one Context per node
     (as a SuperNode keeps it), through Flower's own Message / RecordDict objects."""
 
-    def __init__(self, config: dict, num_nodes: int) -> None:
+    def __init__(self, config: dict, num_nodes: int, worker_socket: str = "") -> None:
         self.config = config
-        self.contexts = {100 + i: Context(run_id=1, node_id=100 + i, state=RecordDict(), run_config={},
-                                          node_config={"partition-id": i, "num-partitions": num_nodes})
+        self.worker_socket = worker_socket
+        node = {"fedhet-worker": worker_socket} if worker_socket else {}
+        run_config = FlowerSettings(config=config).to_run_config() if worker_socket else {}
+        self.contexts = {100 + i: Context(run_id=1, node_id=100 + i, state=RecordDict(), run_config=run_config,
+                                          node_config={"partition-id": i, "num-partitions": num_nodes, **node})
                          for i in range(num_nodes)}
         self.sent: list[str] = []
         self.replies: dict[str, FlowerMessage] = {}
@@ -96,7 +104,10 @@ class LoopbackGrid:
             msg.metadata.__dict__["_message_id"] = msg_id = uuid.uuid4().hex
             node = msg.metadata.dst_node_id
             self.sent.append(msg.metadata.message_type)
-            self.replies[msg_id] = handlers[msg.metadata.message_type](msg, self.contexts[node], self.config)
+            if self.worker_socket:  # the deployment's lean ClientApp, forwarding to a fedhet worker
+                self.replies[msg_id] = node_app.answer(msg.metadata.message_type, msg, self.contexts[node])
+            else:
+                self.replies[msg_id] = handlers[msg.metadata.message_type](msg, self.contexts[node], self.config)
             ids.append(msg_id)
         return ids
 
@@ -105,12 +116,30 @@ class LoopbackGrid:
         return [self.replies.pop(i) for i in reversed(list(message_ids)) if i in self.replies]
 
 
-@pytest.mark.parametrize("method,extra", [("fedbn", []), ("ditto", ["server.fraction_fit=0.5"])])
-def test_adapter_matches_inprocess_and_keeps_client_state(tmp_path, task_identity, method, extra) -> None:
-    """The whole adapter (server loop, records, ClientApp handlers, context.state) without a transport."""
+@pytest.fixture
+def worker_socket(tmp_path_factory):
+    """A fedhet worker serving in a thread of this process on a fresh Unix socket."""
+    sock = Path(tempfile.mkdtemp(prefix="fedhet-test-w-")) / "node.sock"
+    worker = Worker(sock)
+    ready = threading.Event()
+    thread = threading.Thread(target=worker.serve, args=(ready,), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    yield str(sock)
+    worker.stop()
+    thread.join(10)
+    assert not thread.is_alive() and not sock.exists()
+
+
+@pytest.mark.parametrize("method,extra,via_worker", [
+    ("fedbn", [], False), ("ditto", ["server.fraction_fit=0.5"], False), ("ditto", ["server.fraction_fit=0.5"], True)])
+def test_adapter_matches_inprocess_and_keeps_client_state(tmp_path, task_identity, request, method, extra,
+                                                          via_worker) -> None:
+    """The whole adapter (server loop, records, ClientApp handlers, context.state) without a transport; with
+    `via_worker`, every message goes through the lean ClientApp (`node_app`) to a fedhet worker and back."""
     c = cfg(f"method={method}", *extra)
     reference = run_experiment(c, tmp_path / "inprocess", progress=False)
-    grid = LoopbackGrid(c.to_dict(), 4)
+    grid = LoopbackGrid(c.to_dict(), 4, request.getfixturevalue("worker_socket") if via_worker else "")
     result = FlowerRoundLoop(build_experiment(c), tmp_path / "flower", grid, progress=False).run()  # type: ignore
     assert rows(tmp_path / "flower") == rows(tmp_path / "inprocess")
     assert result.final == reference.final

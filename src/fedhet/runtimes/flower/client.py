@@ -165,11 +165,11 @@ def prune_states(context: Context, setup: ClientSetup, cid: int, rnd: int, keep:
             path.unlink(missing_ok=True)
 
 
-def _request(msg: FlowerMessage, context: Context, setup: ClientSetup) -> tuple[Experiment, int, Any, dict, int]:
+def _request(content: RecordDict, context: Context, setup: ClientSetup) -> tuple[Experiment, int, Any, dict, int]:
     """Decode a train / evaluate request: experiment, client id, fedhet Message, metadata, state round."""
     exp = experiment_for(setup.config)
     cid = client_id(context, exp)
-    request, meta = from_content(msg.content)
+    request, meta = from_content(content)
     if int(meta["client"]) != cid:
         raise FedhetError(f"a message for client {meta['client']} reached the node of client {cid}")
     rnd, state_round = int(meta["round"]), int(meta.get("state-round", 0))
@@ -178,35 +178,55 @@ def _request(msg: FlowerMessage, context: Context, setup: ClientSetup) -> tuple[
     return exp, cid, request, meta, state_round
 
 
-def handle_train(msg: FlowerMessage, context: Context, setup: ClientSetup | dict[str, Any]) -> FlowerMessage:
-    """One client's local training round, seeded by (seed, round, client, 'fit') as in-process."""
+def train_content(content: RecordDict, context: Context, setup: ClientSetup | dict[str, Any]) -> RecordDict:
+    """One client's local training round, seeded by (seed, round, client, 'fit') as in-process: the reply's
+    content (the request's content in, `context.state` updated)."""
     setup = _setup(setup)
-    exp, cid, request, meta, state_round = _request(msg, context, setup)
+    exp, cid, request, meta, state_round = _request(content, context, setup)
     rnd = int(meta["round"])
     state = load_state(context, exp, setup, cid, state_round)
     ctx = exp.context(cid, rnd, exp.data.clients[cid])
     with seeded(exp.config.seed, rnd, cid, "fit"):
         out, new_state = exp.algorithm.fit(request, state, ctx)
     save_state(context, setup, cid, rnd, new_state)
-    return FlowerMessage(to_content(out, client=cid, **{"num-examples": ctx.data.num_train}), reply_to=msg)
+    return to_content(out, client=cid, **{"num-examples": ctx.data.num_train})
 
 
-def handle_evaluate(msg: FlowerMessage, context: Context, setup: ClientSetup | dict[str, Any]) -> FlowerMessage:
+def evaluate_content(content: RecordDict, context: Context, setup: ClientSetup | dict[str, Any]) -> RecordDict:
     """Metrics of the client's deployed model on its own split, seeded by (seed, round, client, 'evaluate')."""
     setup = _setup(setup)
-    exp, cid, request, meta, state_round = _request(msg, context, setup)
+    exp, cid, request, meta, state_round = _request(content, context, setup)
     rnd, split = int(meta["round"]), str(meta["split"])
     dataset = getattr(exp.data.clients[cid], split)
     if dataset is None:
-        return FlowerMessage(metrics_content(None), reply_to=msg)
+        return metrics_content(None)
     state = load_state(context, exp, setup, cid, state_round)
     with seeded(exp.config.seed, rnd, cid, "evaluate"):
         metrics = exp.algorithm.evaluate(request, state, exp.context(cid, rnd), dataset)
-    return FlowerMessage(metrics_content(metrics), reply_to=msg)
+    return metrics_content(metrics)
+
+
+def query_content(content: RecordDict, context: Context, setup: ClientSetup | dict[str, Any]) -> RecordDict:
+    """Who is this node: its client id (the server maps node ids to client ids with it)."""
+    exp = experiment_for(_setup(setup).config)
+    return RecordDict({"fedhet": ConfigRecord({"client": client_id(context, exp)})})
+
+
+HANDLERS = {"train": train_content, "evaluate": evaluate_content, "query": query_content}
+
+
+def handle(kind: str, msg: FlowerMessage, context: Context, setup: ClientSetup | dict[str, Any]) -> FlowerMessage:
+    """Answer a train / evaluate / query message of the ServerApp."""
+    return FlowerMessage(HANDLERS[kind](msg.content, context, setup), reply_to=msg)
+
+
+def handle_train(msg: FlowerMessage, context: Context, setup: ClientSetup | dict[str, Any]) -> FlowerMessage:
+    return handle("train", msg, context, setup)
+
+
+def handle_evaluate(msg: FlowerMessage, context: Context, setup: ClientSetup | dict[str, Any]) -> FlowerMessage:
+    return handle("evaluate", msg, context, setup)
 
 
 def handle_query(msg: FlowerMessage, context: Context, setup: ClientSetup | dict[str, Any]) -> FlowerMessage:
-    """Who is this node: its client id (the server maps node ids to client ids with it)."""
-    exp = experiment_for(_setup(setup).config)
-    cid = client_id(context, exp)
-    return FlowerMessage(RecordDict({"fedhet": ConfigRecord({"client": cid})}), reply_to=msg)
+    return handle("query", msg, context, setup)

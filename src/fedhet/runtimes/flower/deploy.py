@@ -62,12 +62,16 @@ class LocalFederation:
     With `tls` (a `TlsFiles`), the SuperLink serves HTTPS with that certificate, the SuperNodes and `flwr`
     verify it with the CA certificate (`--root-certificates`, config `root-certificates`); else everything
     runs `--insecure`. `task_poll_interval` sets Flower's FLWR_SUPEREXEC_TASK_POLL_INTERVAL (seconds between
-    the SuperExecs' checks for a new ServerApp / ClientApp task; Flower's default 1 s)."""
+    the SuperExecs' checks for a new ServerApp / ClientApp task; Flower's default 1 s). With `workers`, a
+    `fedhet flower worker` runs beside each SuperNode (socket `<workdir>/workers/node<i>.sock`, named in the
+    node config as `fedhet-worker`) and the lean ClientApp of `node_app` forwards every message to it."""
 
     def __init__(self, num_nodes: int, workdir: str | Path, port: int | None = None,
                  extra_node_config: str = "", tls: TlsFiles | None = None,
-                 task_poll_interval: float | None = None) -> None:
+                 task_poll_interval: float | None = None, workers: bool = False) -> None:
         self.num_nodes, self.workdir = num_nodes, Path(workdir)
+        self.workers = workers
+        self._socket_dir: Path | None = None
         self.port = port or free_port()
         self.extra_node_config = extra_node_config
         self.tls = tls
@@ -110,6 +114,8 @@ class LocalFederation:
                                              "--disable-runtime-dependency-installation"])
             _wait_for_port(self.port, timeout, link, self.logs / "superlink.log")
             for i in range(self.num_nodes):
+                if self.workers:
+                    self.start_worker(i, timeout)
                 self.start_node(i)
         except BaseException:
             self.stop()
@@ -117,9 +123,34 @@ class LocalFederation:
         self.write_connection()
         return self
 
+    def worker_socket(self, partition: int) -> Path:
+        """`<workdir>/workers/node<i>.sock`, or under a short temporary folder when that path is too long for
+        a Unix socket (about 100 bytes)."""
+        folder = self.workdir.resolve() / "workers"
+        if len(str(folder)) > 80:
+            if self._socket_dir is None:
+                self._socket_dir = Path(tempfile.mkdtemp(prefix="fedhet-w-"))
+            folder = self._socket_dir
+        return folder / f"node{partition}.sock"
+
+    def start_worker(self, partition: int, timeout: float = 120.0) -> subprocess.Popen:
+        """Start the fedhet worker of `partition` and wait until its socket exists."""
+        sock = self.worker_socket(partition)
+        proc = self._spawn(f"worker-{partition}", [sys.executable, "-m", "fedhet.cli", "flower", "worker",
+                                                   "--socket", str(sock)])
+        deadline = time.monotonic() + timeout
+        while not sock.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log_text = (self.logs / f"worker-{partition}.log").read_text(errors="replace")[-2000:]
+                raise FedhetError(f"the fedhet worker for node {partition} did not start:\n{log_text}")
+            time.sleep(0.1)
+        return proc
+
     def start_node(self, partition: int) -> subprocess.Popen:
         """Start the SuperNode holding `partition` (also to restart one that was killed)."""
-        node_config = f"partition-id={partition} num-partitions={self.num_nodes} {self.extra_node_config}".strip()
+        worker = f' fedhet-worker="{self.worker_socket(partition)}"' if self.workers else ""
+        node_config = (f"partition-id={partition} num-partitions={self.num_nodes}{worker} "
+                       f"{self.extra_node_config}").strip()
         return self._spawn(f"supernode-{partition}", [_bin("flower-supernode"), *self._node_security(),
                                                       "--superlink", self.address, "--port", str(free_port()),
                                                       "--node-config", node_config])
@@ -235,9 +266,11 @@ def _toml_value(value: str | float | int | bool) -> str:
     return repr(value)
 
 
-def flower_app_pyproject(name: str, description: str, module: str, app_config: str, note: str = "") -> str:
-    """A Flower App's pyproject.toml: ServerApp / ClientApp `module:server_app` / `module:client_app`, the
-    `[tool.flwr.app.config]` lines `app_config`, no dependencies (the SuperLink's runtime install is off)."""
+def flower_app_pyproject(name: str, description: str, module: str, app_config: str, note: str = "",
+                         client_module: str | None = None) -> str:
+    """A Flower App's pyproject.toml: ServerApp / ClientApp `module:server_app` / `client_module:client_app`
+    (default: `module`), the `[tool.flwr.app.config]` lines `app_config`, no dependencies (the SuperLink's
+    runtime install is off)."""
     note_line = f"{note}\n" if note else ""
     return f"""[build-system]
 requires = ["hatchling"]
@@ -255,7 +288,7 @@ publisher = "fedhet"
 
 [tool.flwr.app.components]
 serverapp = "{module}:server_app"
-clientapp = "{module}:client_app"
+clientapp = "{client_module or module}:client_app"
 
 [tool.flwr.app.config]
 {app_config}
@@ -276,7 +309,8 @@ def write_flower_app(folder: str | Path, config: dict, run_dir: str | Path, clie
     (folder / "pyproject.toml").write_text(flower_app_pyproject(
         "fedhet-flower-app", f"fedhet experiment {config.get('name', '')} ({config.get('method', '')}) on Flower",
         "fedhet.runtimes.flower.app", run_config,
-        note=f"# fedhet[flower] {__version__} must be installed where the SuperLink and SuperNodes run"))
+        note=f"# fedhet[flower] {__version__} must be installed where the SuperLink and SuperNodes run",
+        client_module="fedhet.runtimes.flower.node_app"))
     (folder / "README.md").write_text("Generated by `fedhet flower`; the apps live in fedhet.runtimes.flower.app.\n")
     return folder
 
@@ -318,7 +352,8 @@ def _check_task_starts(logs: Path, limit: int = 6) -> None:
 def deploy_experiment(cfg: ExperimentConfig, run_dir: str | Path, workdir: str | Path | None = None,
                       port: int | None = None, timeout: float = 3600.0, resume: bool = False,
                       stop_after: int | None = None, tls_dir: str | Path | None = None,
-                      poll_interval: float = 0.2, task_poll_interval: float | None = None) -> Path:
+                      poll_interval: float = 0.2, task_poll_interval: float | None = None,
+                      workers: bool = True) -> Path:
     """Run `cfg` on a fresh local SuperLink + one SuperNode per client; returns the run directory.
 
     Everything Flower writes (the App folder, logs, FLWR_HOME with config.toml and the installed FAB) goes to
@@ -326,7 +361,9 @@ def deploy_experiment(cfg: ExperimentConfig, run_dir: str | Path, workdir: str |
     states in `<run_dir>/client_states/`, so `resume=True` continues a stopped or interrupted run from its
     checkpoint. `timeout` bounds the whole `flwr run`; `tls_dir` holds ca.crt / server.pem / server.key
     (see `tls`), and is filled with self-signed ones for 127.0.0.1 when it holds none. `poll_interval`: seconds
-    between the ServerApp's pulls for replies; `task_poll_interval`: see `LocalFederation`."""
+    between the ServerApp's pulls for replies; `task_poll_interval`, `workers` (a fedhet worker beside each
+    SuperNode, so ClientApp processes do not import torch and rebuild the experiment per message): see
+    `LocalFederation`."""
     from fedhet.data import build_federated_data
     from fedhet.runtimes.flower.server import STOPPED_FILE
 
@@ -349,7 +386,8 @@ def deploy_experiment(cfg: ExperimentConfig, run_dir: str | Path, workdir: str |
     app_dir = write_flower_app(work / "app", config, run_dir, client_state_dir=str(run_dir / "client_states"),
                                resume=resume, stop_after=stop_after or 0, poll_interval=poll_interval)
     started = time.time()
-    federation = LocalFederation(num_clients, work, port=port, tls=tls, task_poll_interval=task_poll_interval)
+    federation = LocalFederation(num_clients, work, port=port, tls=tls, task_poll_interval=task_poll_interval,
+                                 workers=workers)
     try:
         with federation:
             flwr_run(app_dir, federation, timeout)

@@ -1,0 +1,73 @@
+"""A lean ClientApp for deployments: forwards each message to the node's fedhet worker when it has one.
+
+Flower's deployment runtime (flwr 1.41) starts one new ClientApp process per message; fedhet's full ClientApp
+(`fedhet.runtimes.flower.app`) then imports torch, torchvision and fedhet and rebuilds the experiment every
+time, several seconds per message on a small CPU (docs/results/runtimes.md). This module imports only Flower.
+When the SuperNode's node config names a worker socket (`fedhet-worker="/path/node0.sock"`), the message
+content and the node's `Context` (its `state` included) go to that long-lived worker
+(`fedhet flower worker --socket PATH`, `fedhet.runtimes.flower.worker`), which has everything loaded once,
+like the simulation engine's actors; the reply content and the updated `context.state` come back. Without a
+worker, the message is answered here by the full client (`fedhet.runtimes.flower.client`), imported on first use.
+
+The socket is a Unix domain socket: worker and SuperNode run on the same machine, and the socket's folder
+permissions (0700, created by the worker) decide who may talk to it.
+"""
+
+from __future__ import annotations
+
+from multiprocessing.connection import Client
+from typing import Any
+
+from flwr.app import Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+WORKER_KEY = "fedhet-worker"  # node config key: the worker's socket path
+
+
+def forward(kind: str, content: RecordDict, context: Context) -> RecordDict:
+    """Send one message to the node's worker; its reply content (`context.state` replaced by the worker's)."""
+    address = str(context.node_config[WORKER_KEY])
+    try:
+        conn = Client(address, family="AF_UNIX")
+    except OSError as err:
+        raise RuntimeError(f"no fedhet worker answers at {address} ({err}); start `fedhet flower worker --socket "
+                           f"{address}` beside this SuperNode, or remove {WORKER_KEY} from its node config") from err
+    with conn:
+        conn.send((kind, content, context))
+        status, payload, state = conn.recv()
+    if status != "ok":
+        raise RuntimeError(f"the fedhet worker at {address} failed on a {kind} message: {payload}")
+    for key in list(context.state.keys()):  # in place: Flower saves this object after the app returns
+        del context.state[key]
+    for key, record in state.items():
+        context.state[key] = record
+    return payload
+
+
+def answer(kind: str, msg: Message, context: Context) -> Message:
+    """The reply to `msg`: from the worker when the node has one, else computed in this process."""
+    if WORKER_KEY in context.node_config:
+        return Message(forward(kind, msg.content, context), reply_to=msg)
+    from fedhet.runtimes.flower import client
+    from fedhet.runtimes.flower.app import FlowerSettings
+
+    setup: Any = FlowerSettings.from_run_config(dict(context.run_config)).client_setup()
+    return client.handle(kind, msg, context, setup)
+
+
+client_app = ClientApp()
+
+
+@client_app.train()
+def train(msg: Message, context: Context) -> Message:
+    return answer("train", msg, context)
+
+
+@client_app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    return answer("evaluate", msg, context)
+
+
+@client_app.query()
+def query(msg: Message, context: Context) -> Message:
+    return answer("query", msg, context)

@@ -1,0 +1,77 @@
+"""The long-lived fedhet worker beside a SuperNode (`fedhet flower worker --socket PATH`).
+
+It answers the messages that `fedhet.runtimes.flower.node_app` forwards over a Unix domain socket, one at a
+time, with the same handlers as the full ClientApp (`fedhet.runtimes.flower.client`), so results are those of
+the in-process runtime. torch, torchvision and fedhet are imported once, and the experiment (data partition,
+model, algorithm) is built once per run config and kept (`client.experiment_for`), instead of once per
+message. The client's state still lives in Flower's `context.state` and the run's state folder, not here:
+a restarted worker, or a node without one, continues exactly where the run is.
+
+Request: (kind, content, context) with kind train | evaluate | query; reply: ("ok", content, context.state) or
+("error", "<type>: <message>", None). A failed message is logged here and raised by the ClientApp, so Flower
+reports it to the ServerApp, whose fault handling decides (docs/flower.md, "Faults").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import traceback
+from multiprocessing.connection import Client, Listener
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context, RecordDict
+
+from fedhet.runtimes.flower import client
+from fedhet.runtimes.flower.app import FlowerSettings
+
+log = logging.getLogger(__name__)
+
+
+def answer(kind: str, content: RecordDict, context: Context) -> tuple[str, Any, Any]:
+    """One request's reply tuple; never raises for a bad message."""
+    try:
+        if kind not in client.HANDLERS:
+            raise ValueError(f"unknown message kind {kind!r}")
+        setup = FlowerSettings.from_run_config(dict(context.run_config)).client_setup()
+        return "ok", client.HANDLERS[kind](content, context, setup), context.state
+    except Exception as err:  # noqa: BLE001 - reported to the ClientApp, which raises it in Flower
+        log.error("worker: %s message failed:\n%s", kind, traceback.format_exc())
+        return "error", f"{type(err).__name__}: {err}", None
+
+
+class Worker:
+    """Serve requests on the Unix socket `path` until `stop()` (or the process ends)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._stop = threading.Event()
+
+    def serve(self, ready: threading.Event | None = None) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.path.parent, 0o700)
+        self.path.unlink(missing_ok=True)
+        with Listener(str(self.path), family="AF_UNIX") as listener:
+            log.info("fedhet worker listening on %s (pid %d)", self.path, os.getpid())
+            if ready is not None:
+                ready.set()
+            while not self._stop.is_set():
+                with listener.accept() as conn:
+                    try:
+                        request = conn.recv()
+                    except (EOFError, OSError):
+                        continue
+                    if self._stop.is_set():
+                        break
+                    conn.send(answer(*request))
+        self.path.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        """Make `serve` return (it wakes the listener with one empty connection)."""
+        self._stop.set()
+        try:
+            Client(str(self.path), family="AF_UNIX").close()
+        except OSError:
+            pass
