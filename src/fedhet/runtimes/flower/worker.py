@@ -65,7 +65,11 @@ class Worker:
                         continue
                     if self._stop.is_set():
                         break
-                    conn.send(answer(*request))
+                    reply = answer(*request)
+                    try:
+                        conn.send(reply)
+                    except OSError as err:  # the ClientApp died meanwhile (e.g. its SuperNode was killed)
+                        log.warning("worker: could not send the reply (%s); the message is lost", err)
         self.path.unlink(missing_ok=True)
 
     def stop(self) -> None:
