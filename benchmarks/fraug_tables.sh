@@ -33,11 +33,13 @@ if [[ $what == all || $what == cost ]]; then
   $PY benchmarks/fraug_cost.py --config configs/cpu/pacs.yaml --out $OUT/cost_pacs.json
 fi
 
-# Reports: one folder per table and dataset. Tables 5/6/7/10 ran one seed, so their reference rows (the Table 2
-# runs of fraug / fedbn / fedavg / single) are taken at seed 0 only.
+# Reports: one folder per table and dataset. Tables 5/6/7/10 ran one seed with class_reduction mean for every
+# FRAug row, so their reference rows are the Table 2 runs of fedbn / fedavg / single and the investigation's
+# fraug_cmean, at seed 0 only. Missing runs are left out of a table (|| true: a table may still be partial).
 report() { local out=$1 ref=$2; shift 2; $FEDHET report "$@" --out "$OUT/$out" ${ref:+--reference "$ref"}; }
-seed0() { local root=$1; shift; for v in "$@"; do echo "$root/$v/seed0"; done; }
-report table2_surf "" runs/office_caltech10_surf || true
+seed0() { local root=$1; shift; for v in "$@"; do [[ -d $root/$v/seed0 ]] && echo "$root/$v/seed0"; done; }
+report table2_surf "" $(for m in single all fedavg fedprox fedproto fedbabu pfedavg partialfed fedbn fraug \
+  fraug_cmean; do echo runs/office_caltech10_surf/office_caltech10_surf/$m; done) || true
 report digits_r50 "" runs/cpu_digits_r50 || true
 for ds in digits pacs; do
   root=runs/cpu_$ds/$ds
@@ -46,12 +48,16 @@ for ds in digits pacs; do
     $(for m in single all fedavg fedprox fedproto fedbabu pfedavg partialfed fedbn fraug; do echo $root/$m; done)
   report investigate_$ds "" $root/fedavg $root/fedbn $root/fraug $root/fraug_cmean || true
   report table5_$ds configs/paper/fraug_table5_$ds.yaml \
-    $(seed0 $root fraug_rt fraug_rt_ema fraug_g fraug_g_ema fraug_g_rt fraug) || true
-  report table6_$ds "" $(seed0 $root fedavg fedbn fraug fedavg_sigma0.01 fedbn_sigma0.01 fraug_sigma0.01 \
+    $(seed0 $root fedbn fraug_rt fraug_rt_ema fraug_g fraug_g_ema fraug_g_rt fraug_cmean) || true
+  report table6_$ds "" $(seed0 $root fedavg fedbn fraug_cmean fedavg_sigma0.01 fedbn_sigma0.01 fraug_sigma0.01 \
     fedavg_sigma0.1 fedbn_sigma0.1 fraug_sigma0.1 fedavg_sigma1 fedbn_sigma1 fraug_sigma1) || true
   report table7_$ds "" $(seed0 $root fedavg fedbn uniform_0.1 laplace_0.1 gaussian_0.1 uniform_1 laplace_1 \
-    gaussian_1 fraug) || true
-  report table10_$ds "" $(seed0 $root single fedavg fedbn fraug single_frac0.5 fedavg_frac0.5 fedbn_frac0.5 \
+    gaussian_1 fraug_cmean) || true
+  report table10_$ds "" $(seed0 $root single fedavg fedbn fraug_cmean single_frac0.5 fedavg_frac0.5 fedbn_frac0.5 \
     fraug_frac0.5 single_frac0.2 fedavg_frac0.2 fedbn_frac0.2 fraug_frac0.2 single_frac0.1 fedavg_frac0.1 \
     fedbn_frac0.1 fraug_frac0.1) || true
 done
+# Table 5 of PACS with the literal sum over classes (the first, partial attempt, kept for the record)
+report table5_pacs_literal configs/paper/fraug_table5_pacs.yaml \
+  $(seed0 runs/cpu_pacs/pacs fedbn fraug) $(seed0 runs/cpu_pacs_literal/pacs fraug_rt fraug_rt_ema fraug_g \
+  fraug_g_ema) || true
