@@ -10,7 +10,7 @@ like the simulation engine's actors; the reply content and the updated `context.
 worker, the message is answered here by the full client (`fedhet.runtimes.flower.client`), imported on first use.
 
 The socket is a Unix domain socket: worker and SuperNode run on the same machine, and the socket's folder
-permissions (0700, created by the worker) decide who may talk to it.
+permissions decide who may talk to it (a folder the worker creates is 0700; put the socket in one).
 """
 
 from __future__ import annotations

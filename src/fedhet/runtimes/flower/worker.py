@@ -50,8 +50,8 @@ class Worker:
         self._stop = threading.Event()
 
     def serve(self, ready: threading.Event | None = None) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.path.parent, 0o700)
+        if not self.path.parent.exists():  # a folder it creates is private; an existing one is left as it is
+            self.path.parent.mkdir(parents=True, mode=0o700)
         self.path.unlink(missing_ok=True)
         with Listener(str(self.path), family="AF_UNIX") as listener:
             log.info("fedhet worker listening on %s (pid %d)", self.path, os.getpid())
@@ -65,7 +65,8 @@ class Worker:
                         continue
                     if self._stop.is_set():
                         break
-                    reply = answer(*request)
+                    well_formed = isinstance(request, tuple) and len(request) == 3
+                    reply = answer(*request) if well_formed else ("error", "malformed request", None)
                     try:
                         conn.send(reply)
                     except OSError as err:  # the ClientApp died meanwhile (e.g. its SuperNode was killed)
