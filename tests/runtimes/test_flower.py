@@ -97,8 +97,6 @@ class LoopbackGrid:
         return list(self.contexts)
 
     def push_messages(self, messages) -> list[str]:
-        handlers = {"train": flower_client.handle_train, "evaluate": flower_client.handle_evaluate,
-                    "query": flower_client.handle_query}
         ids = []
         for msg in messages:
             msg.metadata.__dict__["_message_id"] = msg_id = uuid.uuid4().hex
@@ -107,7 +105,8 @@ class LoopbackGrid:
             if self.worker_socket:  # the deployment's lean ClientApp, forwarding to a fedhet worker
                 self.replies[msg_id] = node_app.answer(msg.metadata.message_type, msg, self.contexts[node])
             else:
-                self.replies[msg_id] = handlers[msg.metadata.message_type](msg, self.contexts[node], self.config)
+                self.replies[msg_id] = flower_client.handle(msg.metadata.message_type, msg, self.contexts[node],
+                                                             self.config)
             ids.append(msg_id)
         return ids
 
@@ -177,7 +176,7 @@ def test_state_dir_restores_a_restarted_node(tmp_path, task_identity) -> None:
     server = exp.algorithm.init_server()
     msg = FlowerMessage(to_content(exp.algorithm.broadcast(server, 1, 2), round=1, client=2), dst_node_id=1,
                         message_type="train")
-    flower_client.handle_train(msg, context, setup)
+    flower_client.handle("train", msg, context, setup)
     saved = flower_client.stored_state(context, 1)
     fresh = Context(run_id=1, node_id=1, state=RecordDict(), run_config={}, node_config=context.node_config)
     restored = flower_client.load_state(fresh, exp, setup, 2, 1)

@@ -108,8 +108,6 @@ class FaultyGrid:
         return [n for n in self.contexts if n not in self.offline]
 
     def push_messages(self, messages) -> list[str]:
-        handlers = {"train": flower_client.handle_train, "evaluate": flower_client.handle_evaluate,
-                    "query": flower_client.handle_query}
         ids = []
         for msg in messages:
             msg.metadata.__dict__["_message_id"] = msg_id = uuid.uuid4().hex
@@ -121,7 +119,7 @@ class FaultyGrid:
                 self.sent_to_offline.append(node)
                 continue  # never answered
             try:
-                reply = handlers[kind](msg, self.contexts[node], self.setup)
+                reply = flower_client.handle(kind, msg, self.contexts[node], self.setup)
             except Exception as err:  # noqa: BLE001 - as a SuperNode does: an error reply
                 reply = msg.create_error_reply(Error(code=2, reason=f"{type(err).__name__}: {err}"))
             if kind != "query":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -59,11 +60,15 @@ def make_model_fn(cfg: ExperimentConfig, data: FederatedData) -> Callable[[], Sp
 def build_algorithm(cfg: ExperimentConfig, data: FederatedData, device: torch.device,
                     model_fn: Callable[[], SplitModel]) -> Algorithm:
     """Instantiate the configured method with its validated `method_args`."""
-    cls = ALGORITHMS.get(cfg.method)
-    params = from_dict(cls.Params, cfg.method_args, "method_args")
+    return ALGORITHMS.get(cfg.method)(method_params(cfg), model_fn, cfg.train, cfg.server, data.num_classes, device)
+
+
+def method_params(cfg: ExperimentConfig) -> Any:
+    """The method's `Params` built from `cfg.method_args` and validated (unknown keys / bad values: ConfigError)."""
+    params = from_dict(ALGORITHMS.get(cfg.method).Params, cfg.method_args, "method_args")
     if hasattr(params, "validate"):
         params.validate()
-    return cls(params, model_fn, cfg.train, cfg.server, data.num_classes, device)
+    return params
 
 
 def build_experiment(cfg: ExperimentConfig) -> Experiment:

@@ -74,6 +74,12 @@ def plan_sweep(cfg: ExperimentConfig, methods: list[str] | None = None, seeds: l
     return SweepPlan(configs)
 
 
+def run_status(run_dir: Path) -> str:
+    """finished (has its summary), resume (has a checkpoint) or new."""
+    rundir = RunDirectory(run_dir)
+    return "finished" if rundir.is_finished() else "resume" if rundir.latest_checkpoint.is_file() else "new"
+
+
 def check_plan(plan: SweepPlan) -> list[tuple[ExperimentConfig, str]]:
     """Validate every planned run without loading data or training: the dataset name, the model (built, without
     pretrained weights, at the dataset's input shape when the registry knows it) and the method (its
@@ -84,6 +90,7 @@ def check_plan(plan: SweepPlan) -> list[tuple[ExperimentConfig, str]]:
 
     from fedhet.algorithms import ALGORITHMS
     from fedhet.data.registry import get_spec
+    from fedhet.engine.experiment import method_params
     from fedhet.models import build_model
 
     checked = []
@@ -91,9 +98,7 @@ def check_plan(plan: SweepPlan) -> list[tuple[ExperimentConfig, str]]:
         try:
             spec = get_spec(cfg.data.dataset)
             cls = ALGORITHMS.get(cfg.method)
-            params = from_dict(cls.Params, cfg.method_args, "method_args")
-            if hasattr(params, "validate"):
-                params.validate()
+            params = method_params(cfg)
             size = cfg.data.image_size or spec.default_image_size
             shape = (3, size, size) if spec.modality == "image" and size else (
                 (spec.feature_dim,) if spec.feature_dim else None)
@@ -102,9 +107,7 @@ def check_plan(plan: SweepPlan) -> list[tuple[ExperimentConfig, str]]:
                 cls(params, lambda m=model: m, cfg.train, cfg.server, len(spec.classes), torch.device("cpu"))
         except ConfigError as err:
             raise ConfigError(f"sweep run {cfg.variant} seed {cfg.seed} ({cfg.data.dataset}): {err}") from err
-        rundir = RunDirectory(run_dir_for(cfg))
-        status = "finished" if rundir.is_finished() else "resume" if rundir.latest_checkpoint.is_file() else "new"
-        checked.append((cfg, status))
+        checked.append((cfg, run_status(run_dir_for(cfg))))
     return checked
 
 
@@ -115,10 +118,10 @@ def run_sweep(plan: SweepPlan, progress: bool = True) -> list[Path]:
     for cfg in bar:
         run_dir = run_dir_for(cfg)
         bar.set_postfix_str(f"{cfg.method} {cfg.data.dataset} seed {cfg.seed}")
-        if RunDirectory(run_dir).is_finished():
+        status = run_status(run_dir)
+        if status == "finished":
             log.info("skipping finished run %s", run_dir)
         else:
-            resume = RunDirectory(run_dir).latest_checkpoint.is_file()
-            run_experiment(cfg, run_dir, resume=resume, progress=progress)
+            run_experiment(cfg, run_dir, resume=status == "resume", progress=progress)
         done.append(run_dir)
     return done

@@ -119,15 +119,15 @@ def make_client_app(settings: FlowerSettings | None = None) -> ClientApp:
 
     @app.train()
     def train(msg: FlowerMessage, context: Context) -> FlowerMessage:
-        return client.handle_train(msg, context, cfg_of(context))
+        return client.handle("train", msg, context, cfg_of(context))
 
     @app.evaluate()
     def evaluate(msg: FlowerMessage, context: Context) -> FlowerMessage:
-        return client.handle_evaluate(msg, context, cfg_of(context))
+        return client.handle("evaluate", msg, context, cfg_of(context))
 
     @app.query()
     def query(msg: FlowerMessage, context: Context) -> FlowerMessage:
-        return client.handle_query(msg, context, cfg_of(context))
+        return client.handle("query", msg, context, cfg_of(context))
 
     return app
 

@@ -219,14 +219,3 @@ def handle(kind: str, msg: FlowerMessage, context: Context, setup: ClientSetup |
     """Answer a train / evaluate / query message of the ServerApp."""
     return FlowerMessage(HANDLERS[kind](msg.content, context, setup), reply_to=msg)
 
-
-def handle_train(msg: FlowerMessage, context: Context, setup: ClientSetup | dict[str, Any]) -> FlowerMessage:
-    return handle("train", msg, context, setup)
-
-
-def handle_evaluate(msg: FlowerMessage, context: Context, setup: ClientSetup | dict[str, Any]) -> FlowerMessage:
-    return handle("evaluate", msg, context, setup)
-
-
-def handle_query(msg: FlowerMessage, context: Context, setup: ClientSetup | dict[str, Any]) -> FlowerMessage:
-    return handle("query", msg, context, setup)
