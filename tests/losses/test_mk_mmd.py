@@ -97,6 +97,17 @@ def test_statistics_and_value_match_reference(seed: int) -> None:
     assert float(mk(x, y)) == pytest.approx(float(fit.beta.numpy() @ d_ref), rel=1e-10)
 
 
+@pytest.mark.parametrize(("n", "max_block_elems"), [(2, 2**22), (37, 2**22), (70, 19 * 70 * 4)])
+def test_upper_triangle_blocks_match_reference(n: int, max_block_elems: int) -> None:
+    """Row blocks of several rows, a short last block, and the memory bound all give the full-grid (d, Q)."""
+    x, y = _toy(3, n=n)
+    xn, yn = torch.nn.functional.normalize(x, dim=1), torch.nn.functional.normalize(y, dim=1)
+    d_ref, q_ref = _np_stats(xn.numpy(), yn.numpy(), default_gammas().numpy())
+    d, q = mk_mmd_statistics(xn, yn, default_gammas(), max_block_elems=max_block_elems)
+    np.testing.assert_allclose(d.numpy(), d_ref, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(q.numpy(), q_ref, rtol=1e-9, atol=1e-14)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_beta_qp_matches_slsqp_and_kkt(seed: int) -> None:
     x, y = _toy(seed)
