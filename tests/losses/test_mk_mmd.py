@@ -97,15 +97,27 @@ def test_statistics_and_value_match_reference(seed: int) -> None:
     assert float(mk(x, y)) == pytest.approx(float(fit.beta.numpy() @ d_ref), rel=1e-10)
 
 
-@pytest.mark.parametrize(("n", "max_block_elems"), [(2, 2**22), (37, 2**22), (70, 19 * 70 * 4)])
+@pytest.mark.parametrize(("n", "max_block_elems"), [(2, 2**22), (37, 2**22), (70, 19 * 70 * 4), (70, 5 * 19 * 70 * 8)])
 def test_upper_triangle_blocks_match_reference(n: int, max_block_elems: int) -> None:
-    """Row blocks of several rows, a short last block, and the memory bound all give the full-grid (d, Q)."""
+    """One block, 1-row blocks, 8-row blocks with a short last one: all give the full-grid (d, Q)."""
     x, y = _toy(3, n=n)
     xn, yn = torch.nn.functional.normalize(x, dim=1), torch.nn.functional.normalize(y, dim=1)
     d_ref, q_ref = _np_stats(xn.numpy(), yn.numpy(), default_gammas().numpy())
     d, q = mk_mmd_statistics(xn, yn, default_gammas(), max_block_elems=max_block_elems)
     np.testing.assert_allclose(d.numpy(), d_ref, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(q.numpy(), q_ref, rtol=1e-9, atol=1e-14)
+
+
+@pytest.mark.parametrize("gammas", [default_gammas(), default_gammas(5), torch.tensor([0.3, 1.0, 2.0, 4.0, 0.6])])
+def test_kernel_stack_by_squaring_matches_exp(gammas: torch.Tensor) -> None:
+    """exp(-D / g) = exp(-D / 2g)^2 where a doubled bandwidth exists, a plain exp elsewhere (any order of gammas)."""
+    g = gammas.double()
+    dists = torch.rand(4, 3, 7, dtype=torch.float64) * 4.0
+    plan = weights_mod._squaring_plan(g)
+    assert all(p < 0 or abs(float(g[p]) - 2.0 * float(g[u])) < 1e-12 for u, p in enumerate(plan))
+    got = weights_mod._gaussian_stack(dists, g, plan)
+    want = torch.exp(-dists.unsqueeze(0) / g.reshape(-1, 1, 1, 1))
+    torch.testing.assert_close(got, want, rtol=1e-14, atol=0.0)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
