@@ -159,7 +159,7 @@ class RunConfig:
     checkpoint_every: int = 10
     device: str = "auto"  # cpu | cuda | auto
     runtime: str = "inprocess"
-    num_threads: int | None = None  # torch intra-op threads (None: torch default)
+    num_threads: int | None = None  # torch intra-op and BLAS threads (None: the libraries' defaults)
     quiet: bool = False
     # runtime `batched` (docs/runtimes_batched.md): clients per vectorized chunk, and the memory budget of a chunk
     batched_max_clients: int | None = None  # None: as many as the memory budget allows

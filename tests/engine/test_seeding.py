@@ -31,3 +31,18 @@ def test_client_sampling() -> None:
     picked = sample_clients(0, 1, 10, 0.3)
     assert len(picked) == 3 and picked == sample_clients(0, 1, 10, 0.3)
     assert any(sample_clients(0, r, 10, 0.3) != picked for r in range(2, 6))
+
+
+def test_limit_threads_caps_torch_and_blas() -> None:
+    """run.num_threads caps torch AND the BLAS pools (a 2-thread OpenBLAS made each tiny scipy solve cost ms)."""
+    from threadpoolctl import threadpool_info
+
+    from fedhet.engine.experiment import limit_threads
+
+    before = torch.get_num_threads()
+    try:
+        limit_threads(1)
+        assert torch.get_num_threads() == 1
+        assert all(p["num_threads"] == 1 for p in threadpool_info() if p["user_api"] == "blas")
+    finally:
+        torch.set_num_threads(before)
