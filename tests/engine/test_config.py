@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fedhet.config import ExperimentConfig, load_config
@@ -84,3 +86,15 @@ def test_adamw_is_a_local_optimizer() -> None:
     assert isinstance(opt, torch.optim.AdamW) and opt.defaults["weight_decay"] == 0.01
     with pytest.raises(ConfigError, match="did you mean 'adamw'"):
         load_config(None, ["train.optimizer=adamww"])
+
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+SHIPPED = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name != "paper")  # paper/: published values
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(p.parents[1])))
+def test_every_shipped_config_loads_and_plans(path: Path) -> None:
+    """Every file under configs/ (extends chains, sweep variants, per-method overrides) is a valid config."""
+    from fedhet.engine.sweep import plan_sweep
+
+    assert plan_sweep(load_config(str(path))).configs

@@ -13,7 +13,8 @@ from fedhet.errors import ConfigError, unknown_choice
 from fedhet.registry import Registry
 
 # Modules whose import registers datasets (imported lazily to avoid import cycles).
-_LOADER_MODULES = ("digits", "offline_digits", "images", "features", "synthetic", "fashion_mnist", "isic2019", "rxrx1")
+_LOADER_MODULES = ("digits", "offline_digits", "images", "features", "synthetic", "fashion_mnist", "cifar10",
+                   "isic2019", "rxrx1")
 
 
 @dataclass
