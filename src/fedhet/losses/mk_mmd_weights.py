@@ -39,7 +39,7 @@ class BetaQPError(ValueError):
 def _squaring_plan(gammas: Tensor) -> list[int]:
     """For each kernel u, the index of a kernel with twice its bandwidth (-1: none), so that
     exp(-D / gamma_u) = exp(-D / (2 gamma_u))^2 replaces an exp by a square (the 19 default kernels step by 2^0.25:
-    4 exps, 15 squares). Listed in an order where every parent comes before its children (largest gamma first)."""
+    4 exps, 15 squares). `_gaussian_stack` fills kernels from the largest gamma down, so a parent comes first."""
     g = gammas.tolist()
     return [next((v for v, gv in enumerate(g) if abs(gv - 2.0 * gu) <= 1e-12 * gv), -1) for gu in g]
 
