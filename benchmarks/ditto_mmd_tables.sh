@@ -5,7 +5,8 @@
 # Fashion-MNIST alpha 0.5); then one report folder per set in docs/results/ditto_mmd/ and the cost per
 # local step. SEEDS=0 runs seed 0 only (most of what docs/results/ditto_mmd.md shows). Sweeps skip finished runs
 # and resume interrupted ones, so the script can be stopped and restarted.
-#   FEDHET_DATA=/path/to/shared/data bash benchmarks/ditto_mmd_tables.sh [heart|synthetic|fmnist|digits|ablations|cost|reports]
+#   FEDHET_DATA=/path/to/shared/data bash benchmarks/ditto_mmd_tables.sh \
+#       [heart|synthetic|fmnist|digits|digits_cnn|ablations|cost|reports]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FEDHET=${FEDHET:-.venv/bin/fedhet}
@@ -21,6 +22,9 @@ if [[ $what == all || $what == fmnist ]]; then
   for a in 0.1 0.5 5.0; do sweep configs/ditto_mmd/fashion_mnist.yaml "name=ditto_mmd_fmnist_a$a" "data.alpha=$a"; done
 fi
 if [[ $what == all || $what == digits ]]; then sweep configs/ditto_mmd/digits.yaml; fi
+if [[ $what == all || $what == digits_cnn ]]; then  # the feature-shift probe with the FedBN paper's CNN (seed 0 here)
+  sweep configs/ditto_mmd/digits_cnn.yaml --methods fedavg,ditto,cos,mmdd,mkmmd20
+fi
 if [[ $what == all || $what == ablations ]]; then
   sweep configs/ditto_mmd/synthetic_fixed_kernels.yaml --methods fixed1,fixed5,fixed10,fixed19
   sweep configs/ditto_mmd/fashion_mnist_depth.yaml name=ditto_mmd_fmnist_a0.5 data.alpha=0.5 \
@@ -38,3 +42,4 @@ report synthetic_a0_b0 runs/ditto_mmd_synthetic/synthetic_a0_b0
 report synthetic_a05_b05 runs/ditto_mmd_synthetic/synthetic_a05_b05
 for a in 0.1 0.5 5.0; do report fmnist_a$a runs/ditto_mmd_fmnist_a$a/fashion_mnist; done
 report digits runs/ditto_mmd_digits/digits
+report digits_cnn runs/ditto_mmd_digits_cnn/digits
