@@ -3,7 +3,7 @@
 # Fed-Heart-Disease, Synthetic (2 levels), Fashion-MNIST Dirichlet (3 alphas) and Real Digits; 10 rows x 3 seeds
 # each (configs/ditto_mmd/rows.yaml); the ablations of Fig. 3 (fixed kernels on Synthetic, constraint depth on
 # Fashion-MNIST alpha 0.5); then one report folder per set in docs/results/ditto_mmd/ and the cost per
-# local step. SEEDS=0 runs seed 0 only (most of what docs/results/ditto_mmd.md shows). Sweeps skip finished runs
+# local step. SEEDS=0 runs seed 0 only (a quick look). Sweeps skip finished runs
 # and resume interrupted ones, so the script can be stopped and restarted.
 #   FEDHET_DATA=/path/to/shared/data bash benchmarks/ditto_mmd_tables.sh \
 #       [heart|synthetic|fmnist|digits|digits_cnn|ablations|cost|reports]
