@@ -40,9 +40,10 @@ def test_limit_threads_caps_torch_and_blas() -> None:
     from fedhet.engine.experiment import limit_threads
 
     before = torch.get_num_threads()
+    blas = limit_threads(1)
     try:
-        limit_threads(1)
         assert torch.get_num_threads() == 1
         assert all(p["num_threads"] == 1 for p in threadpool_info() if p["user_api"] == "blas")
     finally:
         torch.set_num_threads(before)
+        blas.restore_original_limits()

@@ -114,7 +114,8 @@ def test_kernel_stack_by_squaring_matches_exp(gammas: torch.Tensor) -> None:
     g = gammas.double()
     dists = torch.rand(4, 3, 7, dtype=torch.float64) * 4.0
     plan = weights_mod._squaring_plan(g)
-    assert all(p < 0 or abs(float(g[p]) - 2.0 * float(g[u])) < 1e-12 for u, p in enumerate(plan))
+    assert sorted(u for u, _ in plan) == list(range(len(g)))
+    assert all(p < 0 or abs(float(g[p]) - 2.0 * float(g[u])) < 1e-12 for u, p in plan)
     got = weights_mod._gaussian_stack(dists, g, plan)
     want = torch.exp(-dists.unsqueeze(0) / g.reshape(-1, 1, 1, 1))
     torch.testing.assert_close(got, want, rtol=1e-14, atol=0.0)

@@ -72,12 +72,13 @@ def method_params(cfg: ExperimentConfig) -> Any:
     return params
 
 
-def limit_threads(n: int) -> None:
+def limit_threads(n: int) -> threadpool_limits:
     """torch's intra-op threads AND the BLAS pools numpy / scipy load (OpenBLAS / MKL) to `n`. A BLAS pool left at
     the core count wakes sleeping threads on every small LAPACK call; on a loaded machine that costs milliseconds
-    per call (measured: a 19 x 19 triangular solve of the MK-MMD beta QP took 7 ms instead of 0.02 ms)."""
+    per call (measured: a 19 x 19 triangular solve of the MK-MMD beta QP took 7 ms instead of 0.02 ms).
+    Returns the BLAS limit, whose `restore_original_limits()` undoes it (torch's count is not restored)."""
     torch.set_num_threads(n)
-    threadpool_limits(limits=n, user_api="blas")
+    return threadpool_limits(limits=n, user_api="blas")
 
 
 def build_experiment(cfg: ExperimentConfig) -> Experiment:

@@ -36,19 +36,19 @@ class BetaQPError(ValueError):
     """The beta QP could not be solved (infeasible or numerically broken)."""
 
 
-def _squaring_plan(gammas: Tensor) -> list[int]:
-    """For each kernel u, the index of a kernel with twice its bandwidth (-1: none), so that
-    exp(-D / gamma_u) = exp(-D / (2 gamma_u))^2 replaces an exp by a square (the 19 default kernels step by 2^0.25:
-    4 exps, 15 squares). `_gaussian_stack` fills kernels from the largest gamma down, so a parent comes first."""
+def _squaring_plan(gammas: Tensor) -> list[tuple[int, int]]:
+    """(u, parent) for every kernel u, largest gamma first, parent = the index of the kernel with twice u's
+    bandwidth (-1: none), so that exp(-D / gamma_u) = exp(-D / (2 gamma_u))^2 replaces an exp by a square (the 19
+    default kernels step by 2^0.25: 4 exps, 15 squares). In this order every parent is filled before its child."""
     g = gammas.tolist()
-    return [next((v for v, gv in enumerate(g) if abs(gv - 2.0 * gu) <= 1e-12 * gv), -1) for gu in g]
+    order = sorted(range(len(g)), key=lambda i: -g[i])
+    return [(u, next((v for v, gv in enumerate(g) if abs(gv - 2.0 * g[u]) <= 1e-12 * gv), -1)) for u in order]
 
 
-def _gaussian_stack(dists: Tensor, gammas: Tensor, plan: list[int]) -> Tensor:
+def _gaussian_stack(dists: Tensor, gammas: Tensor, plan: list[tuple[int, int]]) -> Tensor:
     """exp(-dists / gamma_u) for every kernel u: (K, *dists.shape); squares along `plan` where it can."""
     out = torch.empty((len(plan), *dists.shape), dtype=dists.dtype, device=dists.device)
-    for u in sorted(range(len(plan)), key=lambda i: -float(gammas[i])):
-        parent = plan[u]
+    for u, parent in plan:
         if parent < 0:
             torch.exp(dists / -gammas[u], out=out[u])
         else:
