@@ -52,6 +52,10 @@ class DataConfig:
     augment: bool = True  # train-time augmentation (FRAug appendix, Table 1)
     input_noise_std: float = 0.0  # Gaussian noise added to training inputs (FRAug Table 6)
     download: bool = False  # allow downloads (torchvision / HF hub) when a dataset is missing
+    # Digits only, default None (each source's official train/test split). Set: FedBN's protocol for every seed,
+    # i.e. each domain's train+test pooled and split 80/20 stratified once, and int(743.8 * 10 * p) training
+    # images per domain (FedBN's `--percent`: 0.1 -> 743, 0.01 -> 74; FRAug's Digits uses 0.01).
+    fedbn_percent: float | None = None
 
     def validate(self) -> None:
         _check(0.0 < self.fraction <= 1.0, f"data.fraction must be in (0, 1], got {self.fraction}")

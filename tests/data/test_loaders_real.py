@@ -23,7 +23,7 @@ def need(path: Path) -> Path:
 def test_usps_npz_official_split(data_root: Path) -> None:
     need(data_root / "digits" / "usps.npz")
     d = load_digits_domain(LoadContext(data_root, 28), "usps")
-    assert d.x_train.shape == (7291, 3, 32, 32) and d.x_train.dtype == torch.uint8
+    assert d.x_train.shape == (7291, 3, 16, 16) and d.x_train.dtype == torch.uint8  # native 16x16
     assert d.x_test is not None and len(d.x_test) == 2007
     assert torch.equal(d.x_train[:, 0], d.x_train[:, 2])  # grey repeated to 3 channels
     assert not d.generated

@@ -53,9 +53,13 @@ def to_uint8_chw(x: np.ndarray) -> torch.Tensor:
 
 
 def read_image_npz(path: Path, use_split: bool = True) -> DomainData:
-    """An image npz (`x`, `y`, optional `split` 0=train 1=test) as DomainData."""
+    """An image npz (`x`, `y`, optional `split` 0=train 1=test) as DomainData.
+
+    When the file also holds `x_native` (the source's own resolution, e.g. MNIST 28x28 or USPS 16x16 beside an
+    upsampled `x`), that is read instead, so the transform resizes each image once, from its native size.
+    """
     with np.load(path) as z:
-        x = to_uint8_chw(z["x"])
+        x = to_uint8_chw(z["x_native" if "x_native" in z.files else "x"])
         y = torch.from_numpy(z["y"].astype(np.int64))
         split = z["split"] if (use_split and "split" in z.files) else None
     note = str(path)
