@@ -1,52 +1,55 @@
-"""A SynthDigits generator: digits 0-9 rendered in the system's TrueType fonts.
+"""A SynthDigits generator: digits 0-9 rendered in the TrueType fonts that ship with matplotlib.
 
 Follows the published recipe (Ganin & Lempitsky 2015, "Unsupervised Domain Adaptation by Backpropagation":
 synthetic numbers rendered from Windows fonts with varying position, orientation, background and stroke
-colours, and blur). Windows fonts are not available everywhere, so any TrueType/OpenType font found on disk is
-used (e.g. DejaVu in /usr/share/fonts), falling back to PIL's built-in font. Like SVHN crops (which SynthDigits
+colours, and blur). Windows fonts are not available everywhere, and the fonts installed on a machine differ
+between machines, so only the fonts matplotlib (a fedhet dependency) ships in `<mpl-data>/fonts/ttf/` are
+used: the DejaVu Sans / Sans Mono / Serif and STIX General families (4 styles each) and five Computer Modern
+faces, 21 fonts. Symbol fonts without ASCII digits are left out. Like SVHN crops (which SynthDigits
 imitates), the labelled digit is centred and may have partly visible neighbour digits on either side.
-Output is deterministic given (n, seed, size) and the fonts installed.
+Output is deterministic given (n, seed, size), the same on every machine with the same matplotlib fonts and
+Pillow/FreeType rasteriser.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-FONT_DIRS = ("/usr/share/fonts", "/usr/local/share/fonts", "~/.fonts", "~/.local/share/fonts",
-             "C:/Windows/Fonts", "/Library/Fonts", "/System/Library/Fonts")
+from fedhet.errors import FedhetError
+
+SHIPPED_FONTS = (  # file names under matplotlib's fonts/ttf/, all with ASCII digits (checked by a test)
+    "DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSans-Oblique.ttf", "DejaVuSans-BoldOblique.ttf",
+    "DejaVuSansMono.ttf", "DejaVuSansMono-Bold.ttf", "DejaVuSansMono-Oblique.ttf", "DejaVuSansMono-BoldOblique.ttf",
+    "DejaVuSerif.ttf", "DejaVuSerif-Bold.ttf", "DejaVuSerif-Italic.ttf", "DejaVuSerif-BoldItalic.ttf",
+    "STIXGeneral.ttf", "STIXGeneralBol.ttf", "STIXGeneralItalic.ttf", "STIXGeneralBolIta.ttf",
+    "cmr10.ttf", "cmb10.ttf", "cmti10.ttf", "cmss10.ttf", "cmtt10.ttf",
+)
+
+
+def font_dir() -> Path:
+    """matplotlib's bundled TrueType folder (`matplotlib.get_data_path()/fonts/ttf`)."""
+    import matplotlib
+
+    return Path(matplotlib.get_data_path()) / "fonts" / "ttf"
 
 
 @functools.lru_cache(maxsize=1)
 def find_fonts() -> tuple[Path, ...]:
-    """TrueType/OpenType font files on this machine (sorted, so the choice is reproducible)."""
-    found: set[Path] = set()
-    for d in FONT_DIRS:
-        base = Path(os.path.expanduser(d))
-        if base.is_dir():
-            found.update(p for p in base.rglob("*") if p.suffix.lower() in (".ttf", ".otf"))
-    usable = []
-    for p in sorted(found):
-        try:
-            font = ImageFont.truetype(str(p), 20)
-            if font.getbbox("8")[2] > 0:  # skips symbol fonts without digit glyphs
-                usable.append(p)
-        except OSError:
-            continue
-    return tuple(usable)
+    """The fonts SynthDigits is rendered from: SHIPPED_FONTS in matplotlib's font folder, in that order."""
+    base = font_dir()
+    missing = [n for n in SHIPPED_FONTS if not (base / n).is_file()]
+    if missing:
+        raise FedhetError(f"SynthDigits needs the fonts matplotlib ships, but {', '.join(missing)} is missing from "
+                          f"{base}; reinstall matplotlib (pip install --force-reinstall matplotlib)")
+    return tuple(base / n for n in SHIPPED_FONTS)
 
 
-def _font(fonts: tuple[Path, ...], idx: int, px: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
-    if fonts:
-        return ImageFont.truetype(str(fonts[idx % len(fonts)]), px)
-    try:
-        return ImageFont.load_default(size=px)
-    except TypeError:  # Pillow < 10.1: fixed-size bitmap font
-        return ImageFont.load_default()
+def _font(fonts: tuple[Path, ...], idx: int, px: int) -> ImageFont.FreeTypeFont:
+    return ImageFont.truetype(str(fonts[idx % len(fonts)]), px)
 
 
 def _luma(c: np.ndarray) -> float:
