@@ -1,4 +1,8 @@
-"""Atomic file writes: write to a temporary file in the same folder, fsync, then rename over the target."""
+"""Atomic file writes: write to a temporary file in the same folder, fsync, then rename over the target.
+
+The temporary file gets the mode a plain `open(path, "w")` would give (0o666 minus the umask), not mkstemp's
+private 0o600, so results are readable by whoever the user's umask allows.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,13 @@ from typing import Any
 import torch
 
 
+def current_umask() -> int:
+    """The process umask (read by setting and restoring it: there is no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success it is fsynced and replaces `path`, on error removed,
@@ -20,6 +31,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, 0o666 & ~current_umask())
     os.close(fd)
     try:
         yield Path(tmp)
@@ -32,7 +44,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         raise
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], None]) -> Path:
+def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object]) -> Path:
     """Call `write(tmp_path)` and move the result to `path` atomically."""
     with atomic_path(path) as tmp:
         write(tmp)

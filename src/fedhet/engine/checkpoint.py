@@ -2,6 +2,20 @@
 
 Random streams need no saving: every random choice is re-derived from (seed, round, client), so restoring
 the states at the end of round r and continuing with round r + 1 reproduces an uninterrupted run.
+
+A checkpoint carries the *results-relevant* part of its config (`relevant_config`) and a hash of it. A resume
+must present the same values, with two exceptions (docs/design.md, "What a resume may change"):
+- `rounds` may grow past the checkpoint's round (extending a run): schedules that depend on the total number
+  of rounds (FRAug's λ_syn, λ_c) follow the new total from the next round on;
+- keys the user names in `allow_changes` (`--allow-config-change KEY ...`), e.g. `train.lr` after a NaN loss.
+Both are recorded in the checkpoint's `config_changes` (and in summary.json).
+
+Left out of the comparison, because they do not change the numbers: `name`, `label`, `sweep`, `data.download`,
+`run.out_dir`, `run.checkpoint_every`, `run.quiet`, the batched runtime's chunking (`run.batched_*`) and the
+Flower fault-tolerance settings of `server`. Part of it: `run.runtime` as its family (in-process and Flower
+compute the same numbers; the batched runtime matches them only to float tolerance), `run.device` as the
+device type it resolves to (cpu / cuda), and `run.num_threads` (torch's CPU kernels split sums differently
+with another thread count: 1 vs 2 threads gave weights 2e-3 apart after 3 rounds of the quickstart's CNN).
 """
 
 from __future__ import annotations
@@ -16,41 +30,115 @@ import torch
 from fedhet.engine.atomic import atomic_torch_save
 from fedhet.errors import CheckpointError
 
-FORMAT = 1
-IGNORED_SECTIONS = ("run", "name", "label", "sweep")  # do not change results; a resumed run may alter them
-# Fault-tolerance settings: they change nothing while every client answers, a resumed run may alter them, and
-# leaving them out keeps the fingerprints of checkpoints written before they existed.
+FORMAT = 2
+IGNORED_SECTIONS = ("name", "label", "sweep", "rounds")
+IGNORED_DATA_KEYS = ("download",)
+# Fault-tolerance settings: they change nothing while every client answers, and a resumed run may alter them.
 IGNORED_SERVER_KEYS = ("min_fit_fraction", "min_evaluate_fraction", "reply_timeout")
+RUNTIME_FAMILY = {"inprocess": "sequential", "flower": "sequential", "flower-simulation": "sequential",
+                  "batched": "batched"}
 
 
-def fingerprint(config: dict[str, Any]) -> str:
-    """A hash of every config value that influences the results."""
-    relevant = {k: v for k, v in config.items() if k not in IGNORED_SECTIONS}
+def _device_type(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name.split(":")[0]
+
+
+def relevant_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The config values that influence the results (everything a resume must keep the same)."""
+    relevant = {k: v for k, v in config.items() if k not in IGNORED_SECTIONS and k != "run"}
     if isinstance(relevant.get("server"), dict):
         relevant["server"] = {k: v for k, v in relevant["server"].items() if k not in IGNORED_SERVER_KEYS}
+    if isinstance(relevant.get("data"), dict):
+        relevant["data"] = {k: v for k, v in relevant["data"].items() if k not in IGNORED_DATA_KEYS}
+    run = config.get("run", {})
+    relevant["run"] = {"runtime": RUNTIME_FAMILY.get(run.get("runtime", "inprocess"), run.get("runtime")),
+                       "device": _device_type(str(run.get("device", "auto"))), "num_threads": run.get("num_threads")}
+    return relevant
+
+
+def _digest(relevant: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def fingerprint(config: dict[str, Any]) -> str:
+    """A hash of every config value that influences the results (`rounds` excluded: a run may be extended)."""
+    return _digest(relevant_config(config))
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'train': {'lr': 0.1}} -> {'train.lr': 0.1}."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Dotted key -> (checkpoint's value, this config's value) for every results-relevant key that differs."""
+    a, b = flatten(relevant_config(old)), flatten(relevant_config(new))
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
 def save_checkpoint(path: Path, *, config: dict[str, Any], round: int, server: dict, clients: dict,
-                    metrics: list[dict], elapsed: float) -> None:
+                    metrics: list[dict], elapsed: float, config_changes: list[dict] | None = None) -> None:
     """Write a checkpoint atomically (the previous file stays valid until the new one is complete)."""
     payload = {"format": FORMAT, "fingerprint": fingerprint(config), "method": config.get("method"),
-               "round": round, "server": server, "clients": clients, "metrics": metrics, "elapsed": elapsed}
+               "config": config, "round": round, "server": server, "clients": clients, "metrics": metrics,
+               "elapsed": elapsed, "config_changes": list(config_changes or [])}
     atomic_torch_save(payload, path)
 
 
-def load_checkpoint(path: Path, config: dict[str, Any]) -> dict[str, Any]:
-    """Read a checkpoint and check that it belongs to this config; raise CheckpointError otherwise."""
+def _refusal(path: Path, differences: dict[str, tuple[Any, Any]]) -> CheckpointError:
+    listed = "; ".join(f"{k}: {a!r} in the checkpoint, {b!r} now" for k, (a, b) in differences.items())
+    keys = " ".join(differences)
+    hint = ""
+    if "run.runtime" in differences:
+        hint = " (the batched runtime matches the in-process one only to float tolerance, not bit for bit)"
+    return CheckpointError(
+        f"checkpoint '{path}' was written by a different config: {listed}{hint}. Resume with the checkpoint's "
+        f"values, or accept the change with --resume --allow-config-change {keys}, or start again with "
+        "--overwrite. Nothing was overwritten.")
+
+
+def _read(path: Path) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as err:  # noqa: BLE001 - any unpickling failure means a corrupt file
         raise CheckpointError(
             f"checkpoint '{path}' is corrupt or unreadable ({type(err).__name__}: {err}). Nothing was "
-            "overwritten; delete it to start over, or restore it from a copy.") from err
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise CheckpointError(f"'{path}' is not a fedhet checkpoint (format {FORMAT}); nothing was overwritten.")
-    if payload["fingerprint"] != fingerprint(config):
-        raise CheckpointError(
-            f"checkpoint '{path}' was written by a different config (method {payload.get('method')!r}); "
-            "resume with the config of that run, or choose another run.out_dir/name. Nothing was overwritten.")
+            "overwritten; delete it (or pass --overwrite) to start over, or restore it from a copy.") from err
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT or "config" not in payload:
+        raise CheckpointError(f"'{path}' is not a fedhet checkpoint of format {FORMAT} (an older fedhet or another "
+                              "program wrote it); start again with --overwrite. Nothing was overwritten.")
+    return payload
+
+
+def load_checkpoint(path: Path, config: dict[str, Any], allow_changes: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Read a checkpoint and check that it belongs to this config (see the module docstring); raise a
+    CheckpointError naming every differing key with both values otherwise. The returned payload's
+    `config_changes` has the accepted changes of this resume appended."""
+    payload = _read(path)
+    differences = config_differences(payload["config"], config)
+    unknown = [k for k in allow_changes if k not in flatten(relevant_config(config)) and k != "rounds"]
+    if unknown:
+        raise CheckpointError(f"--allow-config-change {' '.join(unknown)}: not a results-relevant config key "
+                              "(keys look like train.lr or method_args.mu)")
+    refused = {k: v for k, v in differences.items() if k not in allow_changes}
+    if refused:
+        raise _refusal(path, refused)
+    rounds = int(config.get("rounds", 0))
+    if rounds < payload["round"]:
+        raise CheckpointError(f"checkpoint '{path}' is at round {payload['round']}, beyond rounds={rounds}: "
+                              f"resume with rounds >= {payload['round']}. Nothing was overwritten.")
+    changes = {k: v for k, v in differences.items()}
+    if payload["config"].get("rounds") != config.get("rounds"):
+        changes["rounds"] = (payload["config"].get("rounds"), config.get("rounds"))
+    payload["config_changes"] = list(payload.get("config_changes", [])) + [
+        {"round": payload["round"], "key": k, "old": a, "new": b} for k, (a, b) in changes.items()]
     return payload

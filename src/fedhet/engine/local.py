@@ -68,13 +68,16 @@ def num_steps(n: int, cfg: TrainConfig) -> int:
     return cfg.local_steps if cfg.local_steps is not None else cfg.local_epochs * per_epoch
 
 
+DIVERGED_ADVICE = (
+    "lower train.lr (or server.lr), add train.grad_clip, or check the data for NaNs. The checkpoint of the last "
+    "finite round is kept: continue it with `--resume --allow-config-change KEY ...` naming every key you changed "
+    "(e.g. train.lr), or start again with `--overwrite`.")
+
+
 def check_finite(loss: torch.Tensor, where: str) -> None:
     """Stop with a clear message when the loss is NaN or infinite."""
     if not torch.isfinite(loss).all():
-        raise TrainingDivergedError(
-            f"loss became {loss.item()} in {where}; lower train.lr (or server.lr), add train.grad_clip, "
-            "or check the data for NaNs. The last good checkpoint is kept; fix the config and rerun with --resume."
-        )
+        raise TrainingDivergedError(f"loss became {loss.item()} in {where}; {DIVERGED_ADVICE}")
 
 
 def cross_entropy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

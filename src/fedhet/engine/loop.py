@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import logging
-import math
-import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,13 +15,16 @@ from fedhet.config import ExperimentConfig
 from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.engine.experiment import Experiment, build_experiment
 from fedhet.engine.local import evaluate
-from fedhet.engine.rundir import RunDirectory, client_rows
+from fedhet.engine.rundir import RunDirectory, check_writable_path, client_rows, start_check
 from fedhet.engine.sampling import sample_clients
 from fedhet.engine.seeding import seeded
-from fedhet.errors import FedhetError, TrainingDivergedError
+from fedhet.engine.signals import StopSignals
+from fedhet.errors import ConfigError, FedhetError, TrainingDivergedError
 from fedhet.runtimes.inprocess import InProcessClients
 
 log = logging.getLogger(__name__)
+ROUNDS_NOTE = (" (schedules that depend on the total number of rounds, e.g. FRAug's lambda_syn and lambda_c, follow "
+               "the new total from the next round on, so the result differs from a fresh run of that length)")
 
 
 class Interrupted(FedhetError):
@@ -52,57 +52,96 @@ def client_executor(exp: Experiment) -> InProcessClients:
 
 
 def run_dir_for(cfg: ExperimentConfig) -> Path:
-    """runs/<name>/<dataset>/<label or method>/seed<k>."""
-    return Path(cfg.run.out_dir) / cfg.name / cfg.data.dataset / cfg.variant / f"seed{cfg.seed}"
+    """runs/<name>/<dataset>/<label or method>/seed<k>; `name` may hold sub-folders but may not leave out_dir."""
+    name = Path(cfg.name)
+    if not cfg.name.strip() or name.is_absolute() or ".." in name.parts:
+        raise ConfigError(f"name={cfg.name!r} must be a relative folder name inside run.out_dir (no '..', not "
+                          "absolute, not empty); to write elsewhere set run.out_dir or pass --run-dir")
+    return Path(cfg.run.out_dir) / name / cfg.data.dataset / cfg.variant / f"seed{cfg.seed}"
 
 
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C so the loop can checkpoint before exiting."""
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+@dataclass(frozen=True)
+class Committed:
+    """The state at the end of the last completed round: exactly what its checkpoint holds. Client and server
+    states are kept by reference; algorithms return new state dicts from `fit` / `aggregate`."""
 
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not in the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    round: int
+    server: Any
+    clients: Any
+    num_rows: int
+    elapsed: float
+
+
+PhaseHook = Callable[[str, int], None]
 
 
 class RoundLoop:
-    """Drives one experiment over its rounds with the client executor of `run.runtime`."""
+    """Drives one experiment over its rounds with the client executor of `run.runtime`.
 
-    def __init__(self, exp: Experiment, run_dir: Path, progress: bool = True) -> None:
+    A round is committed as a whole: the round counter, the snapshot a rollback returns to, the checkpoint and
+    metrics.jsonl are updated with Ctrl-C / SIGTERM held back (`StopSignals.deferred`), so an interrupt leaves
+    either all of round r on disk or none of it. `on_phase(phase, round)`, if given, is called at every phase
+    boundary (start, trained, evaluated, committed, checkpoint_saved, metrics_written, end): tests inject
+    signals there deterministically.
+    """
+
+    def __init__(self, exp: Experiment, run_dir: Path, progress: bool = True,
+                 on_phase: PhaseHook | None = None) -> None:
         self.exp, self.cfg = exp, exp.config
         self.dir = RunDirectory(run_dir)
         self.clients = client_executor(exp)
         self.alg = exp.algorithm
         self.progress = progress and not self.cfg.run.quiet
+        self.on_phase = on_phase
         with seeded(self.cfg.seed, "server-init"):
             self.server = self.alg.init_server()
-        self.round, self.metrics, self.elapsed = 0, [], 0.0
+        self.round, self.elapsed = 0, 0.0
+        self.metrics: list[dict[str, Any]] = []
+        self.config_changes: list[dict[str, Any]] = []
+        self._committed = self._snapshot()
+
+    def _phase(self, name: str, rnd: int) -> None:
+        if self.on_phase is not None:
+            self.on_phase(name, rnd)
+
+    def _snapshot(self) -> Committed:
+        return Committed(self.round, self.server, self.clients.get_states(), len(self.metrics), self.elapsed)
+
+    def _restore(self, committed: Committed) -> None:
+        """Undo a partly done round (server, client states, metric rows, counter, time)."""
+        self.round, self.server, self.elapsed = committed.round, committed.server, committed.elapsed
+        self.clients.set_states(committed.clients)
+        del self.metrics[committed.num_rows:]
 
     # -------------------------------------------------------------- persistence
-    def resume(self) -> None:
-        ckpt = self.dir.latest_checkpoint
-        if not ckpt.is_file():
-            log.info("no checkpoint in %s; starting from round 1", self.dir.path)
-            return
-        payload = load_checkpoint(ckpt, self.cfg.to_dict())
+    def checkpoint_config(self) -> dict[str, Any]:
+        """The config a checkpoint is fingerprinted with."""
+        return self.cfg.to_dict()
+
+    def resume(self, allow_changes: tuple[str, ...] = ()) -> None:
+        """Continue from the checkpoint: restore it, rebuild metrics.jsonl from its rows (a kill between the
+        checkpoint and the metrics write loses nothing), and re-open a finished run that is being extended."""
+        payload = load_checkpoint(self.dir.latest_checkpoint, self.checkpoint_config(), allow_changes)
         self.round, self.server, self.metrics = payload["round"], payload["server"], payload["metrics"]
-        self.elapsed = payload["elapsed"]
+        self.elapsed, self.config_changes = payload["elapsed"], payload["config_changes"]
         self.clients.set_states(payload["clients"])
+        self._committed = self._snapshot()
+        self.dir.write_metrics(self.metrics)
+        for change in self.config_changes:
+            if change["round"] == self.round:
+                log.warning("resuming after round %d with %s changed: %r -> %r%s", self.round, change["key"],
+                            change["old"], change["new"], ROUNDS_NOTE if change["key"] == "rounds" else "")
+        if self.round < self.cfg.rounds and self.dir.is_finished():
+            self.dir.summary_path.unlink()  # extending a finished run: it is not finished any more
         log.info("resumed %s at round %d", self.dir.path, self.round)
 
     def checkpoint(self) -> None:
-        save_checkpoint(self.dir.latest_checkpoint, config=self.cfg.to_dict(), round=self.round,
+        save_checkpoint(self.dir.latest_checkpoint, config=self.checkpoint_config(), round=self.round,
                         server=self.server, clients=self.clients.get_states(), metrics=self.metrics,
-                        elapsed=self.elapsed)
+                        elapsed=self.elapsed, config_changes=self.config_changes)
+        self._phase("checkpoint_saved", self.round)
         self.dir.write_metrics(self.metrics)
+        self._phase("metrics_written", self.round)
 
     # -------------------------------------------------------------- one round
     def train_round(self, rnd: int) -> None:
@@ -128,6 +167,32 @@ class RoundLoop:
         self.metrics.extend(rows)
         return next(r["accuracy"] for r in rows if r["client"] == "avg" and r["split"] == "test")
 
+    def play_round(self, rnd: int, last: int, signals: StopSignals) -> float | None:
+        """Train, evaluate, then commit round `rnd` as a whole; returns the test accuracy if evaluated."""
+        start = time.perf_counter()
+        self._phase("start", rnd)
+        self.train_round(rnd)
+        self._phase("trained", rnd)
+        evaluated = rnd % self.cfg.eval.every == 0 or rnd == self.cfg.rounds
+        acc = self.evaluate_round(rnd) if evaluated else None
+        self._phase("evaluated", rnd)
+        with signals.deferred():
+            self.elapsed += time.perf_counter() - start
+            self.round = rnd
+            self._committed = self._snapshot()
+            self._phase("committed", rnd)
+            if rnd % self.cfg.run.checkpoint_every == 0 or rnd == last:
+                self.checkpoint()
+            elif evaluated:
+                self.dir.write_metrics(self.metrics)  # live progress; the checkpoint has the rest
+        self._phase("end", rnd)
+        return acc
+
+    def last_accuracy(self) -> float | None:
+        """The average test accuracy of the last evaluated round (None before the first evaluation)."""
+        rows = [r for r in self.metrics if r["client"] == "avg" and r["split"] == "test"]
+        return rows[-1]["accuracy"] if rows else None
+
     # -------------------------------------------------------------- the loop
     def run(self, stop_after: int | None = None) -> RunResult:
         cfg = self.cfg
@@ -135,47 +200,35 @@ class RoundLoop:
         last = cfg.rounds if stop_after is None else min(cfg.rounds, stop_after)
         bar = tqdm(total=cfg.rounds, initial=self.round, desc=f"{cfg.method}/{cfg.data.dataset}/s{cfg.seed}",
                    disable=not self.progress, unit="round", dynamic_ncols=True, leave=True)
-        acc = math.nan
-        committed = (self.server, self.clients.get_states(), len(self.metrics))
-        try:
-            with _sigterm_as_interrupt():
+        acc = self.last_accuracy()
+        if acc is not None:
+            bar.set_postfix(acc=f"{acc:.3f}")
+        with StopSignals() as signals:
+            try:
                 while self.round < last:
-                    start = time.perf_counter()
-                    rnd = self.round + 1
-                    committed = (self.server, self.clients.get_states(), len(self.metrics))
-                    self.train_round(rnd)
-                    evaluated = rnd % cfg.eval.every == 0 or rnd == cfg.rounds
-                    if evaluated:
-                        acc = self.evaluate_round(rnd)
-                    self.elapsed += time.perf_counter() - start
-                    self.round = rnd
-                    if rnd % cfg.run.checkpoint_every == 0 or rnd == last:
-                        self.checkpoint()
-                    elif evaluated:
-                        self.dir.write_metrics(self.metrics)  # live progress; the checkpoint has the rest
+                    acc = self.play_round(self.round + 1, last, signals)
                     bar.update(1)
-                    bar.set_postfix(acc=f"{acc:.3f}")
-        except KeyboardInterrupt as err:
-            bar.close()
-            self._rollback(committed)
-            self.checkpoint()
-            raise Interrupted(f"interrupted after round {self.round}; checkpoint written to "
-                              f"{self.dir.latest_checkpoint}. Continue with --resume.") from err
-        except TrainingDivergedError:
-            bar.close()
-            self._rollback(committed)
-            self.checkpoint()  # the state after the last completed (finite) round
-            log.error("training diverged in round %d; the checkpoint of round %d is in %s",
-                      self.round + 1, self.round, self.dir.latest_checkpoint)
-            raise
+                    if acc is not None:  # nothing until the first evaluation, then the last evaluated value
+                        bar.set_postfix(acc=f"{acc:.3f}")
+            except KeyboardInterrupt as err:
+                bar.close()
+                self.stop_at_last_commit(signals)
+                raise Interrupted(f"interrupted after round {self.round}; checkpoint written to "
+                                  f"{self.dir.latest_checkpoint}. Continue with --resume.") from err
+            except TrainingDivergedError:
+                bar.close()
+                self.stop_at_last_commit(signals)
+                log.error("training diverged in round %d; the checkpoint of round %d is in %s",
+                          self.round + 1, self.round, self.dir.latest_checkpoint)
+                raise
         bar.close()
         return self.finish()
 
-    def _rollback(self, committed: tuple) -> None:
-        """Undo a partly done round (server, client states, metric rows), so a checkpoint is consistent."""
-        self.server, states, n_rows = committed
-        self.clients.set_states(states)
-        del self.metrics[n_rows:]
+    def stop_at_last_commit(self, signals: StopSignals) -> None:
+        """Return to the last completed round and write its checkpoint (a further Ctrl-C waits for it)."""
+        with signals.deferred(reraise=False):
+            self._restore(self._committed)
+            self.checkpoint()
 
     def finish(self) -> RunResult:
         final_round = max((r["round"] for r in self.metrics), default=0)
@@ -184,23 +237,37 @@ class RoundLoop:
         summary = {"name": self.cfg.name, "method": self.cfg.method, "label": self.cfg.variant,
                    "dataset": self.cfg.data.dataset, "seed": self.cfg.seed, "rounds": self.cfg.rounds,
                    "rounds_completed": self.round, "personalized": self.alg.personalized, "final": final,
-                   "wall_time_s": self.elapsed,
-                   "round_time_s": self.elapsed / max(self.round, 1), "device": str(self.exp.device)}
+                   "wall_time_s": self.elapsed, "round_time_s": self.elapsed / max(self.round, 1),
+                   "device": str(self.exp.device), "config_changes": self.config_changes}
         if self.round >= self.cfg.rounds:
+            self.dir.write_metrics(self.metrics)  # repairs a metrics.jsonl that lags the final checkpoint
             self.dir.write_summary(summary)
         return RunResult(self.dir.path, self.round, final, summary)
 
 
 def run_experiment(cfg: ExperimentConfig, run_dir: str | Path | None = None, resume: bool = False,
-                   stop_after: int | None = None, progress: bool = True) -> RunResult:
-    """Run (or resume) one experiment in-process and write its run directory."""
+                   stop_after: int | None = None, progress: bool = True, overwrite: bool = False,
+                   allow_changes: tuple[str, ...] = (), on_phase: PhaseHook | None = None) -> RunResult:
+    """Run (or resume) one experiment in-process and write its run directory.
+
+    `resume` continues the checkpoint (an error if there is none), `overwrite` starts the run again over an
+    existing one, `allow_changes` names the results-relevant keys a resume may change (`--allow-config-change`).
+    The run directory is locked for the whole run; everything about it is checked before data are loaded."""
     if cfg.run.runtime not in ("inprocess", "batched"):
         raise FedhetError(f"run.runtime={cfg.run.runtime}: start Flower runs with `fedhet flower simulate|deploy`")
-    exp = build_experiment(cfg)
-    loop = RoundLoop(exp, Path(run_dir) if run_dir else run_dir_for(cfg), progress=progress)
-    if resume:
-        loop.resume()
-    elif loop.dir.latest_checkpoint.is_file():
-        raise FedhetError(f"{loop.dir.path} already holds a checkpoint; pass --resume to continue it, "
-                          "or choose another run.out_dir / name")
-    return loop.run(stop_after=stop_after)
+    if stop_after is not None and stop_after < 1:
+        raise FedhetError(f"--stop-after must be a round >= 1, got {stop_after}")
+    if allow_changes and not resume:
+        raise FedhetError("--allow-config-change applies to a resumed run: add --resume")
+    path = Path(run_dir) if run_dir else run_dir_for(cfg)
+    check_writable_path(path)
+    start_check(path, resume, overwrite)
+    rundir = RunDirectory(path)
+    with rundir.locked():
+        start_check(path, resume, overwrite)  # again, now that no other process can write here
+        if overwrite:
+            rundir.clear()
+        loop = RoundLoop(build_experiment(cfg), path, progress=progress, on_phase=on_phase)
+        if resume:
+            loop.resume(allow_changes)
+        return loop.run(stop_after=stop_after)

@@ -1,17 +1,69 @@
-"""A run directory: resolved config, per-round per-client metrics, summary, checkpoints."""
+"""A run directory: resolved config, per-round per-client metrics, summary, checkpoints, and its lock.
+
+Every file is written atomically. One process at a time writes a run directory: `locked()` takes an exclusive
+`flock` on `<run>/.lock` (the kernel drops it when the process dies, so a killed run never blocks a resume).
+Failures to write (permissions, a file where a folder should be, a name too long) become one `RunDirError`
+naming the path and the fix.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
+import os
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from fedhet.engine.atomic import atomic_write_text
+from fedhet.errors import FedhetError
 
 METRIC_KEYS = ("accuracy", "balanced_accuracy", "loss")
+LOCK_FILE = ".lock"
+NAME_MAX = 255  # bytes per path component on Linux, macOS and Windows file systems
+T = TypeVar("T")
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; runs are not protected against a second writer there
+    fcntl = None  # type: ignore[assignment]
+
+
+class RunDirError(FedhetError):
+    """A run directory cannot be used: not writable, in use, or not a folder."""
+
+
+def check_writable_path(path: Path) -> None:
+    """Raise a RunDirError before any work if `path` cannot become a folder we write to."""
+    for part in path.parts:
+        if len(part.encode()) > NAME_MAX:
+            raise RunDirError(f"the run directory name '{part[:40]}...' is {len(part.encode())} bytes, more than the "
+                              f"file system's {NAME_MAX}: shorten name / label (or pass a shorter --run-dir)")
+    for parent in (path, *path.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise RunDirError(f"'{parent}' is a file, not a folder, so the run directory '{path}' cannot be "
+                                  "created there: point run.out_dir (or --run-dir) at a folder")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise RunDirError(f"cannot write in '{parent}' (permission denied): choose a writable "
+                                  "run.out_dir (or --run-dir)")
+            return
+
+
+def _guard(path: Path, write: Callable[[], T]) -> T:
+    try:
+        return write()
+    except OSError as err:
+        if isinstance(err, FedhetError):
+            raise
+        reason = "name too long" if err.errno == errno.ENAMETOOLONG else (err.strerror or str(err))
+        raise RunDirError(f"cannot write '{path}' ({reason}): free space or permissions there, or choose another "
+                          "run.out_dir (or --run-dir); the last checkpoint is kept") from err
 
 
 class RunDirectory:
@@ -41,13 +93,60 @@ class RunDirectory:
         return self.summary_path.is_file()
 
     def write_config(self, config: dict[str, Any]) -> None:
-        atomic_write_text(self.config_path, yaml.safe_dump(config, sort_keys=False))
+        _guard(self.config_path, lambda: atomic_write_text(self.config_path, yaml.safe_dump(config, sort_keys=False)))
 
     def write_metrics(self, rows: list[dict[str, Any]]) -> None:
-        atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
+        """Replace metrics.jsonl with `rows` (the checkpoint holds the same rows, so this file can always be
+        rebuilt from it)."""
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+        _guard(self.metrics_path, lambda: atomic_write_text(self.metrics_path, text))
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        atomic_write_text(self.summary_path, json.dumps(summary, indent=2))
+        _guard(self.summary_path, lambda: atomic_write_text(self.summary_path, json.dumps(summary, indent=2)))
+
+    def clear(self) -> None:
+        """Remove what fedhet wrote here (for --overwrite); other files are left alone."""
+        for path in (self.config_path, self.metrics_path, self.summary_path):
+            _guard(path, lambda p=path: p.unlink(missing_ok=True))  # type: ignore[misc]
+        _guard(self.checkpoints, lambda: shutil.rmtree(self.checkpoints, ignore_errors=False)
+               if self.checkpoints.is_dir() else None)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold an exclusive lock on the run directory, or raise RunDirError if another process holds it."""
+        check_writable_path(self.path)
+        _guard(self.path, lambda: self.path.mkdir(parents=True, exist_ok=True))
+        lock_path = self.path / LOCK_FILE
+        fh = _guard(lock_path, lambda: open(lock_path, "a+"))
+        try:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    fh.seek(0)
+                    owner = fh.read().strip() or "unknown"
+                    raise RunDirError(f"run directory '{self.path}' is in use by another fedhet process (pid {owner}); "
+                                      "wait for it to finish, or choose another run.out_dir / name") from None
+            fh.seek(0)
+            fh.truncate()
+            fh.write(str(os.getpid()))
+            fh.flush()
+            yield
+        finally:
+            fh.close()  # closing releases the lock
+
+
+def start_check(run_dir: Path, resume: bool, overwrite: bool = False) -> None:
+    """Refuse to start a fresh run over a checkpoint, or to resume where there is none."""
+    checkpoint = RunDirectory(run_dir).latest_checkpoint
+    if resume and overwrite:
+        raise RunDirError("--resume and --overwrite exclude each other: continue the run, or start it again")
+    if resume and not checkpoint.is_file():
+        raise RunDirError(f"--resume: there is no checkpoint in '{run_dir}' to continue; run without --resume to "
+                          "start it (check name / run.out_dir / --run-dir if you expected one)")
+    if not resume and not overwrite and checkpoint.is_file():
+        raise RunDirError(f"'{run_dir}' already holds a checkpoint: pass --resume to continue it, --overwrite to "
+                          "start it again, or choose another run.out_dir / name")
 
 
 def client_rows(rnd: int, split: str, per_client: dict[str, dict[str, float]]) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedhet.engine.local import TrainStats
+from fedhet.engine.local import DIVERGED_ADVICE, TrainStats
 from fedhet.engine.params import StateDict
 from fedhet.errors import TrainingDivergedError
 from fedhet.runtimes.batched.data import Batch, BatchStream, stack_batches
@@ -116,9 +116,7 @@ class LaneTrainer:
         if bool(bad.any()):
             which = ", ".join(lane.label for lane, b in zip(lanes, bad.tolist(), strict=True) if b)
             raise TrainingDivergedError(
-                f"loss became NaN/inf in batched local training ({which}); lower train.lr (or server.lr), add "
-                "train.grad_clip, or check the data for NaNs. The last good checkpoint is kept; fix the config "
-                "and rerun with --resume.")
+                f"loss became NaN/inf in batched local training ({which}); {DIVERGED_ADVICE}")
 
     def _result(self, i: int, lane: Lane, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
                 opt_state: OptState, loss_sum: torch.Tensor, steps: int, examples: int, keep_optim: bool

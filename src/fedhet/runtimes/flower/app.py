@@ -21,6 +21,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedhet.config import load_config
 from fedhet.engine.experiment import build_experiment
 from fedhet.engine.loop import RunResult
+from fedhet.engine.rundir import RunDirectory, start_check
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower import client, server
 
@@ -79,15 +80,14 @@ def run_server(grid: Grid, settings: FlowerSettings) -> RunResult:
         if not settings.run_dir:
             raise FedhetError("no run directory given to the Flower ServerApp (run config 'run-dir')")
         run_dir = Path(settings.run_dir)
-        if not settings.resume and (run_dir / "checkpoints" / "latest.pt").is_file():
-            raise FedhetError(f"{run_dir} already holds a checkpoint; pass --resume to continue it, or choose "
-                              "another run directory")
-        loop = server.FlowerRoundLoop(build_experiment(cfg), run_dir, grid, progress=settings.progress,
-                                      wait_for_nodes=settings.wait_for_nodes, poll_interval=settings.poll_interval,
-                                      stop_event=settings.stop_event)
-        if settings.resume:
-            loop.resume()
-        result = loop.run(stop_after=settings.stop_after or None)
+        with RunDirectory(run_dir).locked():
+            start_check(run_dir, settings.resume)
+            loop = server.FlowerRoundLoop(build_experiment(cfg), run_dir, grid, progress=settings.progress,
+                                          wait_for_nodes=settings.wait_for_nodes,
+                                          poll_interval=settings.poll_interval, stop_event=settings.stop_event)
+            if settings.resume:
+                loop.resume()
+            result = loop.run(stop_after=settings.stop_after or None)
     except BaseException as err:
         settings.errors.append(err)
         raise

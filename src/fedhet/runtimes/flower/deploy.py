@@ -25,6 +25,7 @@ from types import TracebackType
 
 from fedhet.config import ExperimentConfig
 from fedhet.engine.loop import Interrupted
+from fedhet.engine.rundir import RunDirectory, check_writable_path, start_check
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower import require_flower
 from fedhet.runtimes.flower.tls import CA, TlsFiles, make_self_signed
@@ -372,10 +373,9 @@ def deploy_experiment(cfg: ExperimentConfig, run_dir: str | Path, workdir: str |
     from fedhet.runtimes.flower.server import STOPPED_FILE
 
     run_dir = Path(run_dir).resolve()
-    checkpoint = run_dir / "checkpoints" / "latest.pt"
-    if not resume and checkpoint.is_file():
-        raise FedhetError(f"{run_dir} already holds a checkpoint; pass --resume to continue it, or choose another "
-                          "run directory")
+    check_writable_path(run_dir)
+    start_check(run_dir, resume)
+    checkpoint = RunDirectory(run_dir).latest_checkpoint
     config = cfg.to_dict()
     config["run"]["runtime"] = "flower"
     num_clients = len(build_federated_data(cfg.data, cfg.seed).clients)

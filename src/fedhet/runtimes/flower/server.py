@@ -21,11 +21,9 @@ import json
 import logging
 import math
 import re
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +32,6 @@ from flwr.app import MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from fedhet.engine.atomic import atomic_write_text
-from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.loop import RoundLoop, RunResult
 from fedhet.engine.messages import Message, Reply
@@ -303,53 +300,38 @@ class FlowerRoundLoop(RoundLoop):
                  timeout: float | None = None, wait_for_nodes: float = 300.0, poll_interval: float = 0.2,
                  stop_event: threading.Event | None = None) -> None:
         super().__init__(exp, run_dir, progress=progress)
-        self.clients = FlowerClients(exp, grid, timeout=timeout, wait_for_nodes=wait_for_nodes,  # type: ignore
-                                     poll_interval=poll_interval, stop_event=stop_event, on_fault=self._log_fault)
-        self._round_start = (self.server, self.clients.get_states(), len(self.metrics))
+        self.flower = FlowerClients(exp, grid, timeout=timeout, wait_for_nodes=wait_for_nodes,
+                                    poll_interval=poll_interval, stop_event=stop_event, on_fault=self._log_fault)
+        self.clients = self.flower  # type: ignore[assignment]  # the executor interface of InProcessClients
+        self._committed = self._snapshot()
 
     def _log_fault(self, row: dict[str, Any]) -> None:
         self.dir.path.mkdir(parents=True, exist_ok=True)
         with open(self.dir.path / FAULTS_FILE, "a") as fh:
             fh.write(json.dumps(row) + "\n")
 
-    def _ckpt_config(self) -> dict[str, Any]:
+    def checkpoint_config(self) -> dict[str, Any]:
         return checkpoint_config(self.cfg.to_dict())
 
     def checkpoint(self) -> None:
         """The in-process checkpoint, with the clients' state rounds instead of their states."""
-        states = self.clients.get_states()
-        save_checkpoint(self.dir.latest_checkpoint, config=self._ckpt_config(), round=self.round,
-                        server=self.server, clients=states, metrics=self.metrics, elapsed=self.elapsed)
-        self.dir.write_metrics(self.metrics)
-        self.clients.checkpoint_round = dict(states["state_round"])
+        super().checkpoint()
+        self.flower.checkpoint_round = dict(self.flower.get_states()["state_round"])
 
-    def resume(self) -> None:
-        ckpt = self.dir.latest_checkpoint
-        if not ckpt.is_file():
-            log.info("no checkpoint in %s; starting from round 1", self.dir.path)
-            return
-        payload = load_checkpoint(ckpt, self._ckpt_config())
-        self.round, self.server, self.metrics = payload["round"], payload["server"], payload["metrics"]
-        self.elapsed = payload["elapsed"]
-        self.clients.set_states(payload["clients"])
-        self.clients.checkpoint_round = dict(self.clients.state_round)
-        self._round_start = (self.server, self.clients.get_states(), len(self.metrics))
-        log.info("resumed %s at round %d", self.dir.path, self.round)
+    def resume(self, allow_changes: tuple[str, ...] = ()) -> None:
+        super().resume(allow_changes)
+        self.flower.checkpoint_round = dict(self.flower.state_round)
 
     def train_round(self, rnd: int) -> None:
-        self._round_start = (self.server, self.clients.get_states(), len(self.metrics))
-        self.clients.start_round = dict(self.clients.state_round)
+        self.flower.start_round = dict(self.flower.state_round)
         super().train_round(rnd)
 
     def run(self, stop_after: int | None = None) -> RunResult:
         stopped = self.dir.path / STOPPED_FILE
         try:
-            with _sigint_as_interrupt():
-                result = super().run(stop_after=stop_after)
+            result = super().run(stop_after=stop_after)
         except RoundFailed as err:
-            self.server, states, n_rows = self._round_start
-            self.clients.set_states(states)
-            del self.metrics[n_rows:]
+            self._restore(self._committed)
             self.checkpoint()
             message = (f"{err} Stopped; the checkpoint of round {self.round} is {self.dir.latest_checkpoint}. "
                        "Bring the clients back (or lower the minimum) and continue with --resume.")
@@ -358,21 +340,3 @@ class FlowerRoundLoop(RoundLoop):
             raise RoundFailed(message) from None
         stopped.unlink(missing_ok=True)
         return result
-
-
-@contextmanager
-def _sigint_as_interrupt() -> Iterator[None]:
-    """In a Flower ServerApp process, SIGINT (also what Flower sends itself when its parent process ends) runs
-    Flower's exit handler; during the loop it raises KeyboardInterrupt instead, so the loop checkpoints."""
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not in the main thread (the simulation runs the ServerApp in a thread)
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)

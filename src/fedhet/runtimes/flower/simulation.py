@@ -14,6 +14,7 @@ from typing import Any
 
 from fedhet.config import ExperimentConfig
 from fedhet.engine.loop import Interrupted, RunResult
+from fedhet.engine.rundir import check_writable_path, start_check
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower import require_flower
 
@@ -42,9 +43,8 @@ def run_flower_simulation(cfg: ExperimentConfig, run_dir: str | Path, num_cpus: 
     from fedhet.runtimes.flower.app import FlowerSettings, make_client_app, make_server_app
 
     run_dir = Path(run_dir).resolve()
-    if not resume and (run_dir / "checkpoints" / "latest.pt").is_file():
-        raise FedhetError(f"{run_dir} already holds a checkpoint; pass --resume to continue it, or choose another "
-                          "run directory")
+    check_writable_path(run_dir)
+    start_check(run_dir, resume)
     config = cfg.to_dict()
     config["run"]["runtime"] = "flower-simulation"
     num_clients = len(build_federated_data(cfg.data, cfg.seed).clients)
