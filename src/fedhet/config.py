@@ -56,6 +56,10 @@ class DataConfig:
     # i.e. each domain's train+test pooled and split 80/20 stratified once, and int(743.8 * 10 * p) training
     # images per domain (FedBN's `--percent`: 0.1 -> 743, 0.01 -> 74; FRAug's Digits uses 0.01).
     fedbn_percent: float | None = None
+    # heart_disease only, default "flamby": FLamby's Fed-Heart-Disease (740 complete rows, slope/ca/thal dropped,
+    # cp/restecg one-hot, one fixed 66/34 split per hospital for every seed; test_fraction unused);
+    # "uci13": all 920 rows and 13 columns, mean-imputed, split per seed with test_fraction.
+    heart_preprocessing: str = "flamby"
 
     def validate(self) -> None:
         _check(0.0 < self.fraction <= 1.0, f"data.fraction must be in (0, 1], got {self.fraction}")

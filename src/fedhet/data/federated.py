@@ -4,8 +4,8 @@ Order of operations for each (cfg, seed), all random choices from numpy generato
 (seed, stage, index), so the same (cfg, seed) always gives the same clients:
 
 1. per domain, a test pool: the official test split when the source has one, else a stratified
-   `test_fraction` hold-out of the domain (seed stage 1); with `fedbn_percent`, FedBN's fixed 80/20 split and
-   training amount instead (`fedhet.data.fedbn_split`, the same for every seed);
+   `test_fraction` hold-out of the domain (seed stage 1); a benchmark protocol (`fedhet.data.protocols`:
+   Digits with `fedbn_percent`, Fed-Heart-Disease as FLamby) sets a fixed split for every seed instead;
 2. clients from the training pools: `domain` (one client per domain, or `clients_per_domain` IID clients per
    domain), or `dirichlet` / `pathological` / `quantity` / `iid` over the pooled domains (stage 2);
 3. test splits: a domain's test pool is split IID among that domain's clients; for the other partitions the
@@ -27,7 +27,7 @@ from torch.utils.data import ConcatDataset, Dataset
 from fedhet.config import DataConfig
 from fedhet.data import partition as P
 from fedhet.data.datasets import IndexedDataset, Part
-from fedhet.data.fedbn_split import check_percent, fedbn_domain
+from fedhet.data.protocols import apply_protocols, check_protocols
 from fedhet.data.registry import DatasetSpec, DomainData, LoadContext, get_spec, load_domains, resolve_domains
 from fedhet.data.transforms import feature_transforms, image_transforms
 from fedhet.errors import ConfigError, unknown_choice
@@ -190,11 +190,9 @@ def build_federated_data(cfg: DataConfig, seed: int) -> FederatedData:
         raise unknown_choice("data.partition", cfg.partition, PARTITIONS)
     domains = resolve_domains(spec, cfg.domains)
     size = cfg.image_size or spec.default_image_size
-    if cfg.fedbn_percent is not None:
-        check_percent(cfg.fedbn_percent, spec.name)
+    check_protocols(cfg, spec.name)
     data = load_domains(spec, domains, LoadContext(cfg.resolved_root(), int(size or 0), cfg.download))
-    if cfg.fedbn_percent is not None:
-        data = {n: fedbn_domain(d, n, cfg.fedbn_percent) for n, d in data.items()}
+    data = apply_protocols(cfg, spec.name, data)
     trains, tests = _pools(data, cfg.test_fraction, seed)
     clients = []
     for k, (name, domain, tr_parts, te_parts) in enumerate(_partition(cfg, domains, trains, tests, seed)):

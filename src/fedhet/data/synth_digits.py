@@ -86,11 +86,11 @@ def render_digit(label: int, rng: np.random.Generator, fonts: tuple[Path, ...], 
         s = str(rng.integers(10))
         l2 = draw.textbbox((0, 0), s, font=font)[0]
         draw.text((cx + w / 2 + gap - l2, cy - h / 2 - t), s, fill=255, font=font)
-    mask = mask.rotate(rng.uniform(-15, 15), resample=Image.BICUBIC, center=(cx, cy))
+    mask = mask.rotate(rng.uniform(-15, 15), resample=Image.Resampling.BICUBIC, center=(cx, cy))
     radius = rng.uniform(0.0, 2.0)
     if radius > 0.3:
         mask = mask.filter(ImageFilter.GaussianBlur(radius))
-    m = np.asarray(mask.resize((size, size), Image.BILINEAR), dtype=np.float32)[..., None] / 255.0
+    m = np.asarray(mask.resize((size, size), Image.Resampling.BILINEAR), dtype=np.float32)[..., None] / 255.0
     bg, fg = _colours(rng)
     img = bg[None, None, :] * (1.0 - m) + fg[None, None, :] * m
     img = img + rng.normal(0.0, rng.uniform(0.0, 6.0), img.shape)
