@@ -60,6 +60,10 @@ class DataConfig:
     # cp/restecg one-hot, one fixed 66/34 split per hospital for every seed; test_fraction unused);
     # "uci13": all 920 rows and 13 columns, mean-imputed, split per seed with test_fraction.
     heart_preprocessing: str = "flamby"
+    # feature datasets only, default None: the dataset's own normaliser (office_caltech10_surf: log_l2,
+    # heart_disease: impute_standardize). log_l2 | l1_zscore (per-sample L1, then per-feature z-score fitted on
+    # the client's training split, i.e. per domain) | impute_standardize | none.
+    feature_norm: str | None = None
 
     def validate(self) -> None:
         _check(0.0 < self.fraction <= 1.0, f"data.fraction must be in (0, 1], got {self.fraction}")

@@ -190,7 +190,7 @@ def build_federated_data(cfg: DataConfig, seed: int) -> FederatedData:
         raise unknown_choice("data.partition", cfg.partition, PARTITIONS)
     domains = resolve_domains(spec, cfg.domains)
     size = cfg.image_size or spec.default_image_size
-    check_protocols(cfg, spec.name)
+    check_protocols(cfg, spec.name, spec.modality)
     data = load_domains(spec, domains, LoadContext(cfg.resolved_root(), int(size or 0), cfg.download))
     data = apply_protocols(cfg, spec.name, data)
     trains, tests = _pools(data, cfg.test_fraction, seed)
@@ -215,8 +215,8 @@ def build_federated_data(cfg: DataConfig, seed: int) -> FederatedData:
         if spec.modality == "image":
             train_t, eval_t = image_transforms(int(size), cfg.augment, spec.hflip, cfg.input_noise_std)  # type: ignore[arg-type]
         else:
-            train_t, eval_t = feature_transforms(spec.feature_norm, IndexedDataset(tr_parts).raw_x(),
-                                                 cfg.input_noise_std)
+            norm = cfg.feature_norm or spec.feature_norm
+            train_t, eval_t = feature_transforms(norm, IndexedDataset(tr_parts).raw_x(), cfg.input_noise_std)
         clients.append(ClientData(
             name=name, domain=domain, train=IndexedDataset(tr_parts, train_t),
             val=IndexedDataset(val_parts, eval_t) if val_parts is not None else None,
