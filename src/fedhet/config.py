@@ -52,6 +52,7 @@ class DataConfig:
     augment: bool = True  # train-time augmentation (FRAug appendix, Table 1)
     input_noise_std: float = 0.0  # Gaussian noise added to training inputs (FRAug Table 6)
     download: bool = False  # allow downloads (torchvision / HF hub) when a dataset is missing
+    options: dict[str, Any] = field(default_factory=dict)  # dataset-specific settings (imagefolder, csv)
     # Digits only, default None (each source's official train/test split). Set: FedBN's protocol for every seed,
     # i.e. each domain's train+test pooled and split 80/20 stratified once, and int(743.8 * 10 * p) training
     # images per domain (FedBN's `--percent`: 0.1 -> 743, 0.01 -> 74; FRAug's Digits uses 0.01).
@@ -206,14 +207,23 @@ class ExperimentConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
     sweep: dict[str, Any] = field(default_factory=dict)  # methods / seeds / datasets for `fedhet sweep`
+    imports: list[str] = field(default_factory=list)  # plugin modules / .py files, imported by validate()
 
     def validate(self) -> None:
+        if self.imports:  # first: they may register the dataset, model or method named below
+            from fedhet.plugins import import_plugins
+
+            import_plugins(self.imports)
         _check(self.rounds >= 1, f"rounds must be >= 1, got {self.rounds}")
         _check(re.fullmatch(r"[A-Za-z0-9_.+-]*", self.label) is not None,
                f"label may hold only letters, digits and _ . + - (it names a folder), got {self.label!r}")
         _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         for section in (self.data, self.train, self.server, self.eval, self.run):
             section.validate()
+        if self.data.options:
+            from fedhet.data.registry import check_options
+
+            check_options(self.data)
 
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(dataclasses.asdict(self))

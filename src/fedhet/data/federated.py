@@ -28,7 +28,7 @@ from fedhet.config import DataConfig
 from fedhet.data import partition as P
 from fedhet.data.datasets import IndexedDataset, Part
 from fedhet.data.protocols import apply_protocols, check_protocols
-from fedhet.data.registry import DatasetSpec, DomainData, LoadContext, get_spec, load_domains, resolve_domains
+from fedhet.data.registry import DatasetSpec, DomainData, LoadContext, load_domains, resolve_domains, resolve_spec
 from fedhet.data.transforms import feature_transforms, image_transforms
 from fedhet.errors import ConfigError, unknown_choice
 
@@ -178,14 +178,14 @@ def _labels(parts: list[Part]) -> np.ndarray:
 
 def _input_shape(spec: DatasetSpec, data: dict[str, DomainData], size: int | None) -> tuple[int, ...]:
     if spec.modality == "image":
-        return (3, int(size), int(size))  # type: ignore[arg-type]
+        return (spec.channels, int(size), int(size))  # type: ignore[arg-type]
     return tuple(next(iter(data.values())).x_train.shape[1:])
 
 
 def build_federated_data(cfg: DataConfig, seed: int) -> FederatedData:
     """Load `cfg.dataset`, split it into clients and attach transforms; deterministic in (cfg, seed)."""
     cfg.validate()
-    spec = get_spec(cfg.dataset)
+    spec = resolve_spec(cfg)  # options parsed; imagefolder / csv read their domains and classes here
     if cfg.partition not in PARTITIONS:
         raise unknown_choice("data.partition", cfg.partition, PARTITIONS)
     domains = resolve_domains(spec, cfg.domains)
@@ -212,7 +212,9 @@ def build_federated_data(cfg: DataConfig, seed: int) -> FederatedData:
                                                                _rng(seed, 5, k)))
         if cfg.max_test_per_client is not None:
             te_parts = _select(te_parts, P.subsample(_labels(te_parts), cfg.max_test_per_client, _rng(seed, 6, k)))
-        if spec.modality == "image":
+        if spec.transforms is not None:  # the dataset's own (e.g. imagefolder: channels, normalisation)
+            train_t, eval_t = spec.transforms(IndexedDataset(tr_parts), cfg, int(size or 0))
+        elif spec.modality == "image":
             train_t, eval_t = image_transforms(int(size), cfg.augment, spec.hflip, cfg.input_noise_std)  # type: ignore[arg-type]
         else:
             norm = cfg.feature_norm or spec.feature_norm

@@ -1,20 +1,31 @@
-"""The registry of domain datasets: each maps domain name -> (train arrays, optional official test arrays)."""
+"""The registry of domain datasets: each maps domain name -> (train arrays, optional official test arrays).
+
+A spec may take dataset-specific settings (`options`, a dataclass filled from `data.options` with nearest-key
+errors) and may discover its domains and classes at load time (`resolve`, e.g. `imagefolder` from `data.root`);
+`resolve_spec(cfg)` returns the concrete spec for a config. See docs/data.md "Bring your own data".
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from fedhet.errors import ConfigError, unknown_choice
 from fedhet.registry import Registry
 
+if TYPE_CHECKING:
+    from fedhet.config import DataConfig
+    from fedhet.data.datasets import IndexedDataset
+
 # Modules whose import registers datasets (imported lazily to avoid import cycles).
 _LOADER_MODULES = ("digits", "offline_digits", "images", "features", "synthetic", "fashion_mnist", "cifar10",
-                   "isic2019", "rxrx1")
+                   "isic2019", "rxrx1", "imagefolder", "csv_table")
 
 
 @dataclass
@@ -49,6 +60,9 @@ class LoadContext:
 
 
 Loader = Callable[[LoadContext, str], DomainData]
+Transform = Callable[[torch.Tensor], torch.Tensor]
+# (client's training samples, data config, image side) -> (train, eval) transforms
+TransformFactory = Callable[["IndexedDataset", "DataConfig", int], tuple[Transform, Transform]]
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,11 @@ class DatasetSpec:
     feature_dim: int | None = None
     builtin: bool = False  # needs no files on disk
     generated_domains: tuple[str, ...] = field(default=())  # domains that may be synthesised when absent
+    channels: int = 3  # images only: channels of the model input
+    options: type | None = None  # dataclass of the dataset's `data.options` (None: it takes none)
+    # discovers domains / classes at load time: (spec, parsed options, data config) -> concrete spec
+    resolve: Callable[[DatasetSpec, Any, DataConfig], DatasetSpec] | None = None
+    transforms: TransformFactory | None = None  # own (train, eval) transforms instead of the modality's default
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
@@ -88,6 +107,41 @@ def get_spec(name: str) -> DatasetSpec:
     """The spec of dataset `name`; unknown names raise a ConfigError naming the nearest one."""
     _ensure_loaded()
     return DATASETS.get(name)
+
+
+def parse_options(spec: DatasetSpec, options: Mapping[str, Any]) -> Any:
+    """`data.options` as the spec's options dataclass (nearest-key errors, then its `validate()`), or None."""
+    from fedhet.config import from_dict
+
+    if spec.options is None:
+        if options:
+            raise ConfigError(f"dataset '{spec.name}' takes no data.options, got: {', '.join(map(str, options))}; "
+                              "remove data.options (docs/config.md lists each dataset's options)")
+        return None
+    opts: Any = from_dict(spec.options, dict(options), "data.options")
+    if hasattr(opts, "validate"):
+        opts.validate()
+    return opts
+
+
+def check_options(cfg: DataConfig) -> None:
+    """Validate `cfg.options` against the dataset's options, when the dataset is registered (else nothing)."""
+    _ensure_loaded()
+    if cfg.dataset in DATASETS:
+        parse_options(DATASETS.get(cfg.dataset), cfg.options)
+
+
+def resolve_spec(cfg: DataConfig) -> DatasetSpec:
+    """The concrete spec for a data config: options parsed and, for discovering datasets, domains and classes
+    read from `data.root`."""
+    spec = get_spec(cfg.dataset)
+    opts = parse_options(spec, cfg.options)
+    return spec.resolve(spec, opts, cfg) if spec.resolve is not None else spec
+
+
+def options_fields(spec: DatasetSpec) -> list[dataclasses.Field]:
+    """The fields of a spec's options dataclass (empty when it takes none)."""
+    return list(dataclasses.fields(spec.options)) if spec.options is not None else []
 
 
 def list_datasets() -> list[str]:
@@ -132,8 +186,9 @@ class DatasetInfo:
     def __str__(self) -> str:
         lines = [
             f"dataset: {self.name} ({self.modality}{', built in' if self.builtin else ''})",
-            f"domains: {', '.join(self.domains)}",
-            f"classes ({len(self.classes)}): {', '.join(self.classes)}",
+            f"domains: {', '.join(self.domains) or 'read from data.root when loaded'}",
+            f"classes ({len(self.classes)}): {', '.join(self.classes)}" if self.classes
+            else "classes: read from data.root when loaded",
         ]
         if self.default_image_size:
             lines.append(f"default image size: {self.default_image_size}")

@@ -89,18 +89,21 @@ def check_plan(plan: SweepPlan) -> list[tuple[ExperimentConfig, str]]:
     import torch
 
     from fedhet.algorithms import ALGORITHMS
-    from fedhet.data.registry import get_spec
+    from fedhet.data.registry import DatasetSpec, resolve_spec
     from fedhet.engine.experiment import method_params
     from fedhet.models import build_model
 
     checked = []
+    specs: dict[str, DatasetSpec] = {}  # imagefolder / csv read data.root once per data config
     for cfg in plan.configs:
         try:
-            spec = get_spec(cfg.data.dataset)
+            if repr(cfg.data) not in specs:
+                specs[repr(cfg.data)] = resolve_spec(cfg.data)
+            spec = specs[repr(cfg.data)]
             cls = ALGORITHMS.get(cfg.method)
             params = method_params(cfg)
             size = cfg.data.image_size or spec.default_image_size
-            shape = (3, size, size) if spec.modality == "image" and size else (
+            shape = (spec.channels, size, size) if spec.modality == "image" and size else (
                 (spec.feature_dim,) if spec.feature_dim else None)
             if shape is not None:
                 model = build_model(cfg.model.name, len(spec.classes), shape, pretrained=False, **cfg.model.args)

@@ -1,0 +1,98 @@
+"""User plugins: the modules a config lists under `imports`, imported before any name is looked up.
+
+A plugin registers datasets (`fedhet.data.register_dataset`), models (`fedhet.models.register_model`) or
+methods (`fedhet.algorithms.register`) at import time. An entry is either a dotted module name
+(`my_pkg.my_datasets`, imported from `sys.path` with the current directory in front, as `python -m` does) or
+the path of a `.py` file (`./my_datasets.py`; relative paths are relative to the current directory, like
+`data.root`). Each is imported once per process. See docs/data.md "Registering a dataset in code".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import re
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+
+from fedhet.errors import ConfigError
+
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _is_path(entry: str) -> bool:
+    return entry.endswith(".py") or "/" in entry or "\\" in entry
+
+
+def _where(err: BaseException, path: Path | None) -> str:
+    """' (at FILE:LINE)' of the deepest frame of the traceback inside `path` (or the deepest frame at all)."""
+    frames = list(traceback.extract_tb(err.__traceback__))
+    if path is not None:
+        frames = [f for f in frames if Path(f.filename).resolve() == path] or frames
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+
+
+def _failed(entry: str, err: BaseException, path: Path | None = None) -> ConfigError:
+    return ConfigError(f"imports: importing '{entry}' failed with {type(err).__name__}: {err}{_where(err, path)}; "
+                       "fix the module (run with -v for the traceback) or remove it from imports")
+
+
+def _import_file(entry: str) -> ModuleType:
+    path = Path(entry).expanduser()
+    path = (path if path.is_absolute() else Path.cwd() / path).resolve()
+    if path.suffix != ".py":
+        raise ConfigError(f"imports: '{entry}' is a path but not a .py file; list a Python file or a module name")
+    if not path.is_file():
+        raise ConfigError(f"imports: file '{path}' not found (relative paths are relative to the current "
+                          f"directory, {Path.cwd()}); fix the path or use an absolute one")
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]
+    name = f"fedhet_plugin_{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover - only for non-.py suffixes, excluded above
+        raise ConfigError(f"imports: cannot import '{path}' as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # noqa: BLE001 - any failure in user code becomes one clear error
+        del sys.modules[name]
+        raise _failed(entry, err, path) from err
+    return module
+
+
+def _import_name(entry: str) -> ModuleType:
+    if not _MODULE_NAME.fullmatch(entry):
+        raise ConfigError(f"imports: '{entry}' is neither a module name (like my_pkg.my_datasets) nor a .py file")
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(entry)
+    except ModuleNotFoundError as err:
+        if err.name is not None and (entry == err.name or entry.startswith(f"{err.name}.")):
+            raise ConfigError(f"imports: no module named '{entry}' (looked on sys.path and in {cwd}); install "
+                              "it, add its folder to PYTHONPATH, or give the path of its .py file") from err
+        raise _failed(entry, err) from err
+    except Exception as err:  # noqa: BLE001 - any failure in user code becomes one clear error
+        raise _failed(entry, err) from err
+    finally:
+        if added:
+            sys.path.remove(cwd)
+
+
+def import_plugins(entries: list[str]) -> list[ModuleType]:
+    """Import each entry (dotted module name or .py path) once; any failure is a ConfigError naming it."""
+    modules = []
+    for entry in entries:
+        if not isinstance(entry, str) or not entry.strip():
+            raise ConfigError(f"imports: entries must be module names or .py paths, got {entry!r}")
+        entry = entry.strip()
+        modules.append(_import_file(entry) if _is_path(entry) else _import_name(entry))
+    return modules
