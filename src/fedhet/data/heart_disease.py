@@ -1,9 +1,10 @@
 """Fed-Heart-Disease: the four UCI heart-disease hospitals as clients, by default as FLamby prepares them.
 
-FLamby (Ogier du Terrail et al., NeurIPS 2022 Datasets & Benchmarks; `flamby/datasets/fed_heart_disease`), which
-the Ditto + MMD paper uses: drop `slope`, `ca` and `thal` (mostly missing outside Cleveland), drop every row that
-still has a missing value (740 of 920 rows), one-hot encode `cp` (1-4) and `restecg` (0-2) dropping the first
-level, label `num > 0`, and one fixed train/test split per hospital for every seed: scikit-learn's
+FLamby (Ogier du Terrail et al., NeurIPS 2022 Datasets & Benchmarks; `flamby/datasets/fed_heart_disease`), the
+standard federated version (FL4Health, the Ditto + MMD paper's code base, has Ditto scripts for it): drop `slope`,
+`ca` and `thal` (mostly missing outside Cleveland), drop every row that still has a missing value (740 of 920
+rows), one-hot encode `cp` (1-4) and `restecg` (0-2) dropping the first level, label `num > 0`, and one fixed
+train/test split per hospital for every seed: scikit-learn's
 `train_test_split(train_size=0.66, random_state=43)`, stratified by the label when both classes have more than
 two rows, which gives 199/104, 172/89, 30/16 and 85/45 rows (Cleveland, Hungarian, Switzerland, VA).
 
