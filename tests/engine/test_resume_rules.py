@@ -56,7 +56,7 @@ def test_refusal_names_every_differing_key_with_both_values(tmp_path: Path) -> N
         run_experiment(cfg("rounds=2", "train.lr=0.5", "train.momentum=0.9"), tmp_path / "r", resume=True)
     text = str(err.value)
     assert "train.lr: 0.01 in the checkpoint, 0.5 now" in text and "train.momentum: 0.5" in text
-    assert "--allow-config-change train.lr train.momentum" in text and "method" not in text.split(":")[1]
+    assert "--allow-config-change train.lr,train.momentum" in text and "method" not in text.split(":")[1]
 
 
 def test_allow_config_change_continues_and_is_recorded(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ A checkpoint carries the *results-relevant* part of its config (`relevant_config
 must present the same values, with two exceptions (docs/design.md, "What a resume may change"):
 - `rounds` may grow past the checkpoint's round (extending a run): schedules that depend on the total number
   of rounds (FRAug's λ_syn, λ_c) follow the new total from the next round on;
-- keys the user names in `allow_changes` (`--allow-config-change KEY ...`), e.g. `train.lr` after a NaN loss.
+- keys the user names in `allow_changes` (`--allow-config-change KEY[,KEY...]`), e.g. `train.lr` after a NaN loss.
 Both are recorded in the checkpoint's `config_changes` (and in summary.json).
 
 Left out of the comparison, because they do not change the numbers: `name`, `label`, `sweep`, `data.download`,
@@ -96,7 +96,7 @@ def save_checkpoint(path: Path, *, config: dict[str, Any], round: int, server: d
 
 def _refusal(path: Path, differences: dict[str, tuple[Any, Any]]) -> CheckpointError:
     listed = "; ".join(f"{k}: {a!r} in the checkpoint, {b!r} now" for k, (a, b) in differences.items())
-    keys = " ".join(differences)
+    keys = ",".join(differences)
     hint = ""
     if "run.runtime" in differences:
         hint = " (the batched runtime matches the in-process one only to float tolerance, not bit for bit)"
@@ -127,7 +127,7 @@ def load_checkpoint(path: Path, config: dict[str, Any], allow_changes: tuple[str
     differences = config_differences(payload["config"], config)
     unknown = [k for k in allow_changes if k not in flatten(relevant_config(config)) and k != "rounds"]
     if unknown:
-        raise CheckpointError(f"--allow-config-change {' '.join(unknown)}: not a results-relevant config key "
+        raise CheckpointError(f"--allow-config-change {','.join(unknown)}: not a results-relevant config key "
                               "(keys look like train.lr or method_args.mu)")
     refused = {k: v for k, v in differences.items() if k not in allow_changes}
     if refused:

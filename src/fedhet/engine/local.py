@@ -70,8 +70,8 @@ def num_steps(n: int, cfg: TrainConfig) -> int:
 
 DIVERGED_ADVICE = (
     "lower train.lr (or server.lr), add train.grad_clip, or check the data for NaNs. The checkpoint of the last "
-    "finite round is kept: continue it with `--resume --allow-config-change KEY ...` naming every key you changed "
-    "(e.g. train.lr), or start again with `--overwrite`.")
+    "finite round is kept: continue it with `--resume --allow-config-change KEY[,KEY...]` naming every key you "
+    "changed (e.g. train.lr), or start again with `--overwrite`.")
 
 
 def check_finite(loss: torch.Tensor, where: str) -> None:
