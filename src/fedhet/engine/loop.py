@@ -99,6 +99,7 @@ class RoundLoop:
         self.metrics: list[dict[str, Any]] = []
         self.config_changes: list[dict[str, Any]] = []
         self._committed = self._snapshot()
+        self._saved_round = -1  # the round of the checkpoint on disk (-1: none written by or read into this loop)
 
     def _phase(self, name: str, rnd: int) -> None:
         if self.on_phase is not None:
@@ -125,7 +126,7 @@ class RoundLoop:
         self.round, self.server, self.metrics = payload["round"], payload["server"], payload["metrics"]
         self.elapsed, self.config_changes = payload["elapsed"], payload["config_changes"]
         self.clients.set_states(payload["clients"])
-        self._committed = self._snapshot()
+        self._committed, self._saved_round = self._snapshot(), self.round
         self.dir.write_metrics(self.metrics)
         for change in self.config_changes:
             if change["round"] == self.round:
@@ -139,7 +140,9 @@ class RoundLoop:
         save_checkpoint(self.dir.latest_checkpoint, config=self.checkpoint_config(), round=self.round,
                         server=self.server, clients=self.clients.get_states(), metrics=self.metrics,
                         elapsed=self.elapsed, config_changes=self.config_changes)
+        self._saved_round = self.round
         self._phase("checkpoint_saved", self.round)
+        self.dir.write_config(self.cfg.to_dict())  # the config of the run as it stands at its checkpoint
         self.dir.write_metrics(self.metrics)
         self._phase("metrics_written", self.round)
 
@@ -196,7 +199,6 @@ class RoundLoop:
     # -------------------------------------------------------------- the loop
     def run(self, stop_after: int | None = None) -> RunResult:
         cfg = self.cfg
-        self.dir.write_config(cfg.to_dict())
         last = cfg.rounds if stop_after is None else min(cfg.rounds, stop_after)
         bar = tqdm(total=cfg.rounds, initial=self.round, desc=f"{cfg.method}/{cfg.data.dataset}/s{cfg.seed}",
                    disable=not self.progress, unit="round", dynamic_ncols=True, leave=True)
@@ -225,10 +227,14 @@ class RoundLoop:
         return self.finish()
 
     def stop_at_last_commit(self, signals: StopSignals) -> None:
-        """Return to the last completed round and write its checkpoint (a further Ctrl-C waits for it)."""
+        """Return to the last completed round and write its checkpoint, unless the one on disk is of that round
+        already (then it, and the config it was written with, stay as they are); a further Ctrl-C waits."""
         with signals.deferred(reraise=False):
             self._restore(self._committed)
-            self.checkpoint()
+            if self.round != self._saved_round:
+                self.checkpoint()
+            else:
+                self.dir.write_metrics(self.metrics)
 
     def finish(self) -> RunResult:
         final_round = max((r["round"] for r in self.metrics), default=0)
@@ -240,6 +246,7 @@ class RoundLoop:
                    "wall_time_s": self.elapsed, "round_time_s": self.elapsed / max(self.round, 1),
                    "device": str(self.exp.device), "config_changes": self.config_changes}
         if self.round >= self.cfg.rounds:
+            self.dir.write_config(self.cfg.to_dict())
             self.dir.write_metrics(self.metrics)  # repairs a metrics.jsonl that lags the final checkpoint
             self.dir.write_summary(summary)
         return RunResult(self.dir.path, self.round, final, summary)
