@@ -1,31 +1,37 @@
-"""The `fedhet` command: run | sweep | report | data | methods."""
+"""The `fedhet` command: run | sweep | report | data | methods | flower.
+
+Bad input never reaches the user as a traceback: every FedhetError is one line "error: ..." on stderr and exit
+code 2 (or the error's `exit_code`), Ctrl-C is one line and exit code 130, any other exception is one line
+naming it and exit code 1; `-v` / `--debug` (before or after the subcommand) prints the traceback too.
+`key=value` overrides may stand anywhere after the subcommand, also after flags.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
+import traceback
 from pathlib import Path
 
+from fedhet.cli_args import DEBUG_FLAGS, Parser, check_stop_after, config_and_overrides, csv_list, place_extras
 from fedhet.errors import FedhetError
 
 log = logging.getLogger("fedhet")
 
 
-def _config_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[str]]:
-    """The optional CONFIG positional may be omitted: a first positional with '=' is an override."""
-    if args.config is not None and "=" in args.config:
-        return None, [args.config, *args.overrides]
-    return args.config, list(args.overrides)
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
     from fedhet.config import load_config
     from fedhet.engine.loop import run_experiment
+    from fedhet.engine.sweep import SweepPlan, check_plan
 
-    cfg = load_config(*_config_and_overrides(args))
+    check_stop_after(args.stop_after)
+    cfg = load_config(*config_and_overrides(args))
     if args.quiet:
         cfg.run.quiet = True
+    check_plan(SweepPlan([cfg]), prefix=False)  # method, method_args, dataset and model names: before any write
     result = run_experiment(cfg, args.run_dir, resume=args.resume, stop_after=args.stop_after,
                             progress=not args.quiet)
     _print_final(result.final)
@@ -45,24 +51,25 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from fedhet.config import load_config
     from fedhet.engine.loop import run_dir_for
     from fedhet.engine.sweep import check_plan, plan_sweep, run_sweep
+    from fedhet.outpaths import check_output_dir
     from fedhet.report import write_report
 
+    methods, seeds = csv_list(args.methods, "--methods"), csv_list(args.seeds, "--seeds", int)
+    datasets = csv_list(args.datasets, "--datasets")
     cfg = load_config(args.config, args.overrides)
     if args.quiet:
         cfg.run.quiet = True
-    methods = args.methods.split(",") if args.methods else None
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
-    datasets = args.datasets.split(",") if args.datasets else None
     plan = plan_sweep(cfg, methods, seeds, datasets)
+    checked = check_plan(plan)  # every run valid before any is trained
     if args.check:
-        checked = check_plan(plan)
         for one, status in checked:
             print(f"{status:<9} {one.variant:<24} seed {one.seed:<3} {one.data.dataset:<20} {run_dir_for(one)}")
         counts = {s: sum(1 for _, st in checked if st == s) for s in ("finished", "resume", "new")}
         print(f"{len(checked)} runs valid: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
         return 0
-    run_dirs = run_sweep(plan, progress=not args.quiet)
     out = Path(args.report_dir) if args.report_dir else Path(cfg.run.out_dir) / cfg.name / "report"
+    check_output_dir(out, "--report-dir" if args.report_dir else "the sweep's report folder")
+    run_dirs = run_sweep(plan, progress=not args.quiet)
     paths = write_report(run_dirs, out)
     print(paths.markdown.read_text())
     print(f"report: {out}")
@@ -73,20 +80,22 @@ def _load_reference(path: str | None) -> dict | None:
     """Published numbers to print beside the measured ones: YAML {client: {method: [mean, std]}}."""
     if path is None:
         return None
-    import yaml
+    from fedhet.yaml_input import load_yaml, read_text
 
     ref_path = Path(path)
     if not ref_path.is_file():
         raise FedhetError(f"reference file '{path}' not found (see configs/paper/ for examples)")
-    data = yaml.safe_load(ref_path.read_text())
+    data = load_yaml(read_text(ref_path, "reference file"), f"reference file '{path}'")
     if not isinstance(data, dict):
         raise FedhetError(f"reference file '{path}' must map client -> method -> [mean, std]")
     return data
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from fedhet.outpaths import check_output_dir
     from fedhet.report import write_report
 
+    check_output_dir(Path(args.out), "--out")
     paths = write_report([Path(p) for p in args.run_dirs], Path(args.out), reference=_load_reference(args.reference))
     print(paths.markdown.read_text())
     print(f"report: {args.out}")
@@ -101,14 +110,17 @@ def _cmd_data(args: argparse.Namespace) -> int:
         for name in list_datasets():
             print(f"{dataset_info(name)}\n")
         return 0
-    cfg = load_config(*_config_and_overrides(args))
+    if args.plot:
+        from fedhet.outpaths import check_plot_file
+
+        check_plot_file(Path(args.plot))
+    cfg = load_config(*config_and_overrides(args))
     data = build_federated_data(cfg.data, cfg.seed)
     print(data.describe())
     if args.plot:
         from fedhet.data.show import plot_partition
 
-        plot_partition(data, Path(args.plot))
-        print(f"plot: {args.plot}")
+        print(f"plot: {plot_partition(data, Path(args.plot))}")
     return 0
 
 
@@ -129,6 +141,7 @@ def _cmd_flower(args: argparse.Namespace) -> int:
     from fedhet.runtimes.flower import require_flower
 
     require_flower()
+    check_stop_after(args.stop_after)
     if args.action == "worker":
         from fedhet.runtimes.flower.worker import Worker
 
@@ -137,7 +150,7 @@ def _cmd_flower(args: argparse.Namespace) -> int:
                               "as fedhet-worker)")
         Worker(args.socket).serve()
         return 0
-    cfg = load_config(*_config_and_overrides(args))
+    cfg = load_config(*config_and_overrides(args))
     run_dir = Path(args.run_dir) if args.run_dir else run_dir_for(cfg)
     if args.action == "simulate":
         from fedhet.runtimes.flower.simulation import run_flower_simulation
@@ -164,8 +177,9 @@ def _cmd_flower(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedhet", description="Federated learning under data heterogeneity.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser = Parser(prog="fedhet", description="Federated learning under data heterogeneity.")
+    parser.add_argument(*DEBUG_FLAGS, dest="verbose", action="store_true",
+                        help="debug logging, and the traceback of any error")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run one experiment: fedhet run CONFIG [key=value ...]")
@@ -228,18 +242,61 @@ def build_parser() -> argparse.ArgumentParser:
 
     methods = sub.add_parser("methods", help="list the registered methods")
     methods.set_defaults(func=_cmd_methods)
+    for command in sub.choices.values():  # -v / --debug also after the subcommand
+        command.add_argument(*DEBUG_FLAGS, dest="verbose", action="store_true", default=argparse.SUPPRESS,
+                             help="debug logging, and the traceback of any error")
     return parser
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; overrides may also come after flags (`run cfg.yaml --quiet rounds=3`)."""
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if hasattr(args, "overrides"):
+        args.overrides = list(args.overrides or [])
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    place_extras(args, extras, sub.choices[args.command]._option_string_actions)
+    return args
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def _fail(message: str, verbose: bool, code: int) -> int:
+    """Print the traceback (with -v) and one line "error: ..." to stderr; return the exit code."""
+    if verbose:
+        traceback.print_exc()
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    """The console entry point: 0 on success, else one line on stderr and a non-zero exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    verbose = any(a in DEBUG_FLAGS for a in argv)
+    hint = "" if verbose else " (run with -v for the traceback)"
     try:
-        return args.func(args)
+        args = parse_args(argv)
+        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                            format="%(levelname)s %(name)s: %(message)s")
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return _fail("interrupted (Ctrl-C); run the command again to start over (a run that wrote a checkpoint "
+                     "continues with --resume)", verbose, 130)
+    except BrokenPipeError:  # `fedhet methods | head`: the reader left; say nothing more
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except FedhetError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return _fail(str(err), verbose, err.exit_code)
+    except OSError as err:
+        where = f" '{err.filename}'" if err.filename else ""
+        return _fail(f"{err.strerror or _first_line(str(err))}{where}: check the path, its permissions and the free "
+                     f"space{hint}", verbose, 1)
+    except Exception as err:  # noqa: BLE001 (the last line of defence: one line, not a traceback)
+        return _fail(f"unexpected {type(err).__name__}: {_first_line(str(err))} - this input is not checked "
+                     f"yet or fedhet has a bug; please report it{hint}", verbose, 1)
 
 
 if __name__ == "__main__":

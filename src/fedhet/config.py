@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
-import yaml
-
 from fedhet.errors import ConfigError, nearest
+from fedhet.yaml_input import load_yaml, read_text
 
 T = TypeVar("T")
 LOCAL_OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -327,28 +326,61 @@ def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
+def _check_override_path(dotted: str) -> None:
+    """Every dotted part but the last must name a section (a dataclass or a mapping), e.g. not `rounds.x`."""
+    tp: Any = ExperimentConfig
+    keys = dotted.split(".")
+    for i, key in enumerate(keys[:-1]):
+        if not dataclasses.is_dataclass(tp):
+            return  # a free-form mapping (method_args, model.args, sweep): anything goes
+        hints = get_type_hints(tp)
+        if key not in hints:
+            return  # from_dict names the unknown key and the nearest valid one
+        tp = hints[key]
+        if not dataclasses.is_dataclass(tp) and get_origin(tp) is not dict and tp not in (dict, Any):
+            where = ".".join(keys[: i + 1])
+            raise ConfigError(f"override '{dotted}': '{where}' is not a section but a single value; "
+                              f"write {where}=VALUE")
+
+
 def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
-    """Parse `key=value` strings; values are read as YAML scalars (so `lr=0.1` is a float)."""
-    parsed = []
+    """Parse `key=value` strings; values are read as YAML scalars (so `lr=0.1` is a float).
+
+    A key given twice, an empty key part (`=1`, `train..lr=1`) or a value that is not valid YAML is a ConfigError.
+    """
+    parsed: list[tuple[str, Any]] = []
+    given: dict[str, str] = {}
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override '{item}' is not of the form key=value (e.g. train.lr=0.05)")
         key, raw = item.split("=", 1)
-        parsed.append((key.strip(), yaml.safe_load(raw) if raw != "" else None))
+        key = key.strip()
+        if not all(key.split(".")):
+            raise ConfigError(f"override '{item}' has an empty key or an empty part between dots; "
+                              "write section.key=value, e.g. train.lr=0.05")
+        if key in given:
+            raise ConfigError(f"override '{key}' is given twice ({given[key]}, then {item}); give it once")
+        given[key] = item
+        value = load_yaml(raw, f"the value of override '{item}'",
+                          fix="quote it for a plain string, e.g. 'name=\"a: b\"'") if raw != "" else None
+        parsed.append((key, value))
     return parsed
 
 
 def _read_config_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
-    """The YAML mapping of `path` with its `extends` chain resolved (base first, then this file)."""
-    if not path.is_file():
-        where = f" (extended by '{seen[-1]}')" if seen else ""
+    """The YAML mapping of `path` with its `extends` chain resolved (base first, then this file).
+
+    An empty file (nothing but blanks or comments) is an error: `{}` says "the built-in defaults" explicitly.
+    """
+    where = f" (extended by '{seen[-1]}')" if seen else ""
+    if not path.exists():
         raise ConfigError(f"config file '{path}'{where} not found; see configs/ for examples")
     if path.resolve() in seen:
         raise ConfigError(f"config file '{path}' extends itself through: {' -> '.join(map(str, seen))}")
-    try:
-        loaded = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config file '{path}' is not valid YAML: {err}") from err
+    loaded = load_yaml(read_text(path, "config file"), f"config file '{path}'{where}")
+    if loaded is None:
+        raise ConfigError(f"config file '{path}'{where} is empty (no keys, only blanks or comments); put the "
+                          "settings in it (see configs/ for examples), or write {} to run the built-in defaults")
     if not isinstance(loaded, dict):
         raise ConfigError(f"config file '{path}' must hold a mapping at the top level")
     parent = loaded.pop("extends", None)
@@ -378,10 +410,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     first (it may extend a third) and this file's values are merged into it key by key, so a table's config
     names only what differs from its base (e.g. `sweep`).
     """
+    parsed = parse_overrides(overrides or [])  # a malformed override is reported before the file is read
     tree: dict[str, Any] = dict(base or {})
     if path is not None:
         deep_merge(tree, _read_config_tree(Path(path), ()))
-    for key, value in parse_overrides(overrides or []):
+    for key, value in parsed:
+        _check_override_path(key)
         set_path(tree, key, value)
     cfg = from_dict(ExperimentConfig, tree)
     cfg.validate()

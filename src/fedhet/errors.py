@@ -7,11 +7,17 @@ from collections.abc import Iterable
 
 
 class FedhetError(Exception):
-    """Base class: a user-facing error whose message says what to do."""
+    """Base class: a user-facing error whose message says what to do; `fedhet` exits with `exit_code`."""
+
+    exit_code: int = 2
 
 
 class ConfigError(FedhetError):
     """A config key or value is invalid."""
+
+
+class UsageError(FedhetError):
+    """A command-line argument is malformed (an unknown flag, a bad list or number)."""
 
 
 class DatasetNotFoundError(FedhetError):

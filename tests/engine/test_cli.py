@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fedhet.cli import main
 
 
@@ -30,3 +32,22 @@ def test_unknown_dataset_is_one_clear_error(capsys) -> None:
 def test_methods_lists_registry(capsys) -> None:
     assert main(["methods"]) == 0
     assert "fedbn" in capsys.readouterr().out
+
+
+def test_overrides_after_flags_join_the_overrides() -> None:
+    from fedhet.cli import parse_args
+
+    args = parse_args(["run", "c.yaml", "--quiet", "rounds=2", "--stop-after", "1", "seed=3", "-v"])
+    assert (args.config, args.overrides, args.quiet, args.stop_after, args.verbose) == (
+        "c.yaml", ["rounds=2", "seed=3"], True, 1, True)
+    assert parse_args(["report", "--out", "o", "a", "b"]).run_dirs == ["a", "b"]
+
+
+def test_csv_lists() -> None:
+    from fedhet.cli_args import csv_list
+    from fedhet.errors import UsageError
+
+    assert csv_list(" 0, 2 ", "--seeds", int) == [0, 2] and csv_list(None, "--seeds", int) is None
+    for bad in ("", "0,,1", "0,x", "1,1"):
+        with pytest.raises(UsageError, match="--seeds"):
+            csv_list(bad, "--seeds", int)

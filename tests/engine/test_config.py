@@ -98,3 +98,29 @@ def test_every_shipped_config_loads_and_plans(path: Path) -> None:
     from fedhet.engine.sweep import plan_sweep
 
     assert plan_sweep(load_config(str(path))).configs
+
+
+def test_yaml_merge_keys_may_be_overridden(tmp_path) -> None:
+    """`<<: *base` then the same key is an override on purpose, not a duplicate."""
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  <<: {lr: 0.1, batch_size: 8}\n  lr: 0.2\n")
+    cfg = load_config(path)
+    assert (cfg.train.lr, cfg.train.batch_size) == (0.2, 8)
+
+
+def test_utf8_bom_is_allowed(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes("\ufeffrounds: 3\n".encode())
+    assert load_config(path).rounds == 3
+
+
+def test_duplicate_key_inside_a_list_item_is_an_error(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("sweep:\n  overrides:\n    fedprox: {method_args: {mu: 0.1, mu: 0.2}}\n")
+    with pytest.raises(ConfigError, match="'mu' is given twice"):
+        load_config(path)
+
+
+def test_overrides_are_checked_before_the_file_is_read(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="'rounds' is given twice"):
+        load_config(tmp_path / "missing.yaml", ["rounds=1", "rounds=2"])

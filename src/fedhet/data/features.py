@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedhet.data.files import missing_dataset
+from fedhet.data.files import missing_dataset, open_npz
 from fedhet.data.heart_disease import (  # noqa: F401  (registers heart_disease)
     HEART_FEATURES,
     HEART_SRC,
@@ -33,7 +33,7 @@ def load_surf_domain(ctx: LoadContext, domain: str) -> DomainData:
         npz = base / f"{domain}.npz"
         looked.append(npz)
         if npz.is_file():
-            with np.load(npz) as z:
+            with open_npz(npz) as z:
                 x, y = z["x"].astype(np.float32), z["y"].astype(np.int64)
             return DomainData(torch.from_numpy(x), torch.from_numpy(y), note=str(npz))
         mat_name = "Caltech10" if domain == "caltech" else domain

@@ -8,8 +8,12 @@ or truncated image are each a DataFileError naming the path.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import zipfile
+import zlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -64,13 +68,31 @@ def to_uint8_chw(x: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
 
 
+@contextmanager
+def open_npz(path: Path) -> Iterator[Any]:
+    """`np.load` of a dataset .npz; a truncated or corrupt file or a missing array (also when read inside the
+    `with` block) is a DataFileError naming the file and the fix, not a bare BadZipFile / KeyError."""
+    fix = "delete it and convert / download the dataset again (see `fedhet data list`)"
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            yield z
+    except KeyError as err:
+        name = str(err.args[0] if err.args else err).split(" is not a file")[0]
+        raise DataFileError(f"dataset file '{path}' lacks the array '{name}': {fix}") from err
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        reason = getattr(err, "strerror", None) or (str(err).splitlines() or [type(err).__name__])[0]
+        reason = "not a NumPy .npz archive" if "pickle" in reason else reason
+        raise DataFileError(f"dataset file '{path}' cannot be read ({reason}): it is truncated or corrupt; "
+                            f"{fix}") from err
+
+
 def read_image_npz(path: Path, use_split: bool = True) -> DomainData:
     """An image npz (`x`, `y`, optional `split` 0=train 1=test) as DomainData.
 
     When the file also holds `x_native` (the source's own resolution, e.g. MNIST 28x28 or USPS 16x16 beside an
     upsampled `x`), that is read instead, so the transform resizes each image once, from its native size.
     """
-    with np.load(path) as z:
+    with open_npz(path) as z:
         x = to_uint8_chw(z["x_native" if "x_native" in z.files else "x"])
         y = torch.from_numpy(z["y"].astype(np.int64))
         split = z["split"] if (use_split and "split" in z.files) else None

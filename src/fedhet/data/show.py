@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedhet.outpaths import check_plot_file, write_failed
+
 if TYPE_CHECKING:
     from fedhet.data.federated import FederatedData
 
@@ -79,8 +81,12 @@ def plot_partition(fed: FederatedData, path: str | Path, split: str = "train") -
     if fed.num_classes <= 20:
         ax.legend(fontsize=7, ncol=2, bbox_to_anchor=(1.01, 1), loc="upper left")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    path = check_plot_file(Path(path))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+    except OSError as err:
+        raise write_failed(path, err, "--plot") from err
+    finally:
+        plt.close(fig)
     return path

@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from fedhet.config import ExperimentConfig, deep_merge, from_dict
 from fedhet.engine.loop import run_dir_for, run_experiment
 from fedhet.engine.rundir import RunDirectory
-from fedhet.errors import ConfigError, nearest
+from fedhet.errors import ConfigError, nearest, unknown_choice
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ def plan_sweep(cfg: ExperimentConfig, methods: list[str] | None = None, seeds: l
                           "{method: fraug, method_args: {use_ema: false}}}")
     if methods is None:
         methods = list(spec.get("methods") or ([] if variants else [cfg.method])) + list(variants)
+    _check_entries(methods, variants)
     seeds = seeds if seeds is not None else spec.get("seeds") or [cfg.seed]
     datasets = datasets or spec.get("datasets") or [cfg.data.dataset]
     overrides: dict[str, Any] = spec.get("overrides") or {}
@@ -74,18 +75,29 @@ def plan_sweep(cfg: ExperimentConfig, methods: list[str] | None = None, seeds: l
     return SweepPlan(configs)
 
 
+def _check_entries(entries: list[str], variants: dict[str, Any]) -> None:
+    """Every entry of the method list names a registered method or a variant of `sweep.variants`."""
+    from fedhet.algorithms import ALGORITHMS
+
+    names = [*ALGORITHMS.names(), *variants]
+    for entry in entries:
+        if not isinstance(entry, str) or entry not in names:
+            raise unknown_choice("method (or sweep variant)", str(entry), names)
+
+
 def run_status(run_dir: Path) -> str:
     """finished (has its summary), resume (has a checkpoint) or new."""
     rundir = RunDirectory(run_dir)
     return "finished" if rundir.is_finished() else "resume" if rundir.latest_checkpoint.is_file() else "new"
 
 
-def check_plan(plan: SweepPlan) -> list[tuple[ExperimentConfig, str]]:
+def check_plan(plan: SweepPlan, prefix: bool = True) -> list[tuple[ExperimentConfig, str]]:
     """Validate every planned run without loading data or training: the dataset name, the model (built, without
     pretrained weights, at the dataset's input shape when the registry knows it) and the method (its
     `method_args` validated and the algorithm constructed on that model, which catches e.g. FedBN on a model
     without BatchNorm). Returns (config, status) per run, status one of finished / resume / new; the first
-    invalid run raises its ConfigError, prefixed with the run's label and seed."""
+    invalid run raises its ConfigError, prefixed with the run's label and seed (unless `prefix` is false, as for
+    the single run of `fedhet run`)."""
     import torch
 
     from fedhet.algorithms import ALGORITHMS
@@ -94,6 +106,7 @@ def check_plan(plan: SweepPlan) -> list[tuple[ExperimentConfig, str]]:
     from fedhet.models import build_model
 
     checked = []
+    built: set[str] = set()  # runs that differ only in seed (or out_dir) build the same model and method
     specs: dict[str, DatasetSpec] = {}  # imagefolder / csv read data.root once per data config
     for cfg in plan.configs:
         try:
@@ -105,10 +118,15 @@ def check_plan(plan: SweepPlan) -> list[tuple[ExperimentConfig, str]]:
             size = cfg.data.image_size or spec.default_image_size
             shape = (spec.channels, size, size) if spec.modality == "image" and size else (
                 (spec.feature_dim,) if spec.feature_dim else None)
-            if shape is not None:
+            key = repr((cfg.method, params, cfg.model, cfg.data.dataset, shape, len(spec.classes), cfg.train,
+                        cfg.server))
+            if shape is not None and key not in built:
                 model = build_model(cfg.model.name, len(spec.classes), shape, pretrained=False, **cfg.model.args)
                 cls(params, lambda m=model: m, cfg.train, cfg.server, len(spec.classes), torch.device("cpu"))
+                built.add(key)
         except ConfigError as err:
+            if not prefix:
+                raise
             raise ConfigError(f"sweep run {cfg.variant} seed {cfg.seed} ({cfg.data.dataset}): {err}") from err
         checked.append((cfg, run_status(run_dir_for(cfg))))
     return checked

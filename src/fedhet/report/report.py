@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from fedhet.engine.atomic import atomic_write_text
+from fedhet.outpaths import check_output_dir, write_failed
 from fedhet.report.plot import plot_curves
 from fedhet.report.runs import RunRecord, load_runs
 from fedhet.report.table import Reference, make_table, to_csv, to_markdown
@@ -55,9 +56,17 @@ def write_report(
     see `make_table`), the
     curves of the "avg" test accuracy, and the list of runs. The CSV has every metric in long format.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(Path(out_dir), "the report folder")
     runs = load_runs(run_dirs)
+    try:
+        return _write(runs, out, metrics, reference, by, reference_dataset)
+    except OSError as err:
+        raise write_failed(out, err, "report folder") from err
+
+
+def _write(runs: Sequence[RunRecord], out: Path, metrics: Sequence[str], reference: Reference | None, by: str,
+           reference_dataset: str | None) -> ReportPaths:
+    out.mkdir(parents=True, exist_ok=True)
     tables = [
         make_table(runs, m, reference if i == 0 else None, by=by, reference_dataset=reference_dataset)
         for i, m in enumerate(metrics)

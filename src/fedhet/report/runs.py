@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections.abc import Iterable
@@ -19,6 +20,7 @@ METRICS = "metrics.jsonl"
 CONFIG = "config.yaml"
 _SUMMARY_KEYS = ("method", "dataset", "seed", "final")
 _ROW_KEYS = ("round", "client", "split")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -96,9 +98,11 @@ def _read_metrics(path: Path) -> list[MetricRow]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            if i == len(lines):  # a run killed mid-write leaves a truncated last line: drop it
+            if i == len(lines):  # a run killed mid-write leaves a truncated last line: drop it, with a word
+                log.warning("%s line %d is truncated (%s); it is left out, so the curves end at the line before",
+                            path, i, e.msg)
                 break
-            raise FedhetError(f"corrupt JSON in {path} line {i}: {e.msg}") from e
+            raise FedhetError(f"corrupt JSON in {path} line {i}: {e.msg}; repair or delete that line") from e
         if not isinstance(obj, dict) or any(k not in obj for k in _ROW_KEYS):
             raise FedhetError(f"{path} line {i}: expected an object with keys {', '.join(_ROW_KEYS)}")
         where = f"{path} line {i}"
@@ -118,6 +122,20 @@ def _read_metrics(path: Path) -> list[MetricRow]:
             )
         )
     return rows
+
+
+def _warn_short_metrics(path: Path, metrics: list[MetricRow], completed: Any) -> None:
+    """Warn when metrics.jsonl is missing or ends before the round the summary says was completed."""
+    if not isinstance(completed, int) or isinstance(completed, bool) or completed < 1:
+        return
+    if not (path / METRICS).is_file():
+        log.warning("%s is missing: the report has the final numbers but no learning curve for this run",
+                    path / METRICS)
+        return
+    last = max((r.round for r in metrics), default=0)
+    if last < completed:
+        log.warning("%s ends at round %d but %s says %d rounds were completed (a truncated file?); the curves "
+                    "end at round %d", path / METRICS, last, SUMMARY, completed, last)
 
 
 def is_run_dir(path: str | os.PathLike[str]) -> bool:
@@ -158,11 +176,14 @@ def load_run(path: str | os.PathLike[str]) -> RunRecord:
         try:
             loaded = yaml.safe_load((path / CONFIG).read_text(encoding="utf-8"))
         except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
-            raise FedhetError(f"corrupt YAML in {path / CONFIG}: {e}") from e
+            problem = " ".join(str(e).split())
+            raise FedhetError(f"corrupt YAML in {path / CONFIG} ({problem}); repair it, or delete it (the report "
+                              "then lacks the run's name and planned rounds)") from e
         if loaded is not None and not isinstance(loaded, dict):
             raise FedhetError(f"{path / CONFIG}: expected a mapping at top level")
         config = loaded or {}
     metrics = _read_metrics(path / METRICS) if (path / METRICS).is_file() else []
+    _warn_short_metrics(path, metrics, summary.get("rounds_completed"))
 
     def opt_int(value: Any) -> int | None:
         return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
