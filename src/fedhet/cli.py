@@ -16,7 +16,15 @@ import sys
 import traceback
 from pathlib import Path
 
-from fedhet.cli_args import DEBUG_FLAGS, Parser, check_stop_after, config_and_overrides, csv_list, place_extras
+from fedhet.cli_args import (
+    DEBUG_FLAGS,
+    Parser,
+    check_repeated_overrides,
+    check_stop_after,
+    config_and_overrides,
+    csv_list,
+    place_extras,
+)
 from fedhet.errors import FedhetError
 
 log = logging.getLogger("fedhet")
@@ -256,6 +264,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.overrides = list(args.overrides or [])
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     place_extras(args, extras, sub.choices[args.command]._option_string_actions)
+    if hasattr(args, "overrides"):
+        check_repeated_overrides([args.config or "", *args.overrides] if hasattr(args, "config") else args.overrides)
     return args
 
 

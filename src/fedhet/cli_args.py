@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import typing
 
-from fedhet.errors import UsageError, nearest
+from fedhet.errors import ConfigError, UsageError, nearest
 
 DEBUG_FLAGS = ("-v", "--verbose", "--debug")
 
@@ -15,6 +15,16 @@ def config_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[str
     if args.config is not None and "=" in args.config:
         return None, [args.config, *args.overrides]
     return args.config, list(args.overrides)
+
+
+def check_repeated_overrides(overrides: list[str]) -> None:
+    """A key given twice on the command line (`train.lr=0.1 train.lr=0.2`) is an error, not "the last wins"."""
+    given: dict[str, str] = {}
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if "=" in item and key in given:
+            raise ConfigError(f"override '{key}' is given twice ({given[key]}, then {item}); give it once")
+        given[key] = item
 
 
 def check_stop_after(stop_after: int | None) -> None:

@@ -346,10 +346,11 @@ def _check_override_path(dotted: str) -> None:
 def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     """Parse `key=value` strings; values are read as YAML scalars (so `lr=0.1` is a float).
 
-    A key given twice, an empty key part (`=1`, `train..lr=1`) or a value that is not valid YAML is a ConfigError.
+    An empty key part (`=1`, `train..lr=1`) or a value that is not valid YAML is a ConfigError. A key may repeat
+    here (the last one wins, so lists of overrides compose in code); the command line refuses a repeated key
+    (`fedhet.cli_args.check_repeated_overrides`).
     """
     parsed: list[tuple[str, Any]] = []
-    given: dict[str, str] = {}
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override '{item}' is not of the form key=value (e.g. train.lr=0.05)")
@@ -358,9 +359,6 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
         if not all(key.split(".")):
             raise ConfigError(f"override '{item}' has an empty key or an empty part between dots; "
                               "write section.key=value, e.g. train.lr=0.05")
-        if key in given:
-            raise ConfigError(f"override '{key}' is given twice ({given[key]}, then {item}); give it once")
-        given[key] = item
         value = load_yaml(raw, f"the value of override '{item}'",
                           fix="quote it for a plain string, e.g. 'name=\"a: b\"'") if raw != "" else None
         parsed.append((key, value))

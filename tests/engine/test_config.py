@@ -122,5 +122,10 @@ def test_duplicate_key_inside_a_list_item_is_an_error(tmp_path) -> None:
 
 
 def test_overrides_are_checked_before_the_file_is_read(tmp_path) -> None:
-    with pytest.raises(ConfigError, match="'rounds' is given twice"):
-        load_config(tmp_path / "missing.yaml", ["rounds=1", "rounds=2"])
+    with pytest.raises(ConfigError, match="empty key"):
+        load_config(tmp_path / "missing.yaml", ["=2"])
+
+
+def test_in_code_a_later_override_replaces_an_earlier_one() -> None:
+    """Lists of overrides compose in Python; the command line refuses a repeated key (tests/battery)."""
+    assert load_config(None, ["rounds=1", "rounds=2"]).rounds == 2
