@@ -1,63 +1,80 @@
 #!/usr/bin/env bash
 # FRAug reproduction on the CPU (docs/results/fraug.md): Table 2 on Office-Caltech10 SURF, Real Digits and PACS
-# (10 methods x 3 seeds), Tables 5/6/7/10 on Digits and PACS (1 seed), the cost measurement, and the reports.
-#   FEDHET_DATA=/path/to/shared/data bash benchmarks/fraug_tables.sh            # everything (hours on 2 cores)
-#   FEDHET_DATA=... bash benchmarks/fraug_tables.sh reports                      # only rebuild the reports
-# Sweeps skip finished runs and resume interrupted ones, so the script can be stopped and restarted.
-# On 2 cores, two sweeps side by side with one torch thread each are ~20% faster than one with two threads:
-#   THREADS=1 bash benchmarks/fraug_tables.sh digits & THREADS=1 bash benchmarks/fraug_tables.sh pacs
+# (10 methods x 3 seeds), Tables 5/6/7/10 on Digits and PACS (1 seed), the MMD-bandwidth probe, the cost
+# measurement, and the reports.
+#   FEDHET_DATA=/path/to/shared/data bash benchmarks/fraug_tables.sh            # everything (many hours on 2 cores)
+#   FEDHET_DATA=... bash benchmarks/fraug_tables.sh table2-digits   # Table 2 core rows: single, fedavg, fedbn, fraug
+#   FEDHET_DATA=... bash benchmarks/fraug_tables.sh table5-rt-pacs  # Table 5 rows 1-2 (no generator), seed 0
+#   FEDHET_DATA=... bash benchmarks/fraug_tables.sh reports         # only rebuild docs/results/fraug/ from runs/
+# Modes: all, surf, digits, pacs (every sweep of that dataset), table2-{surf,digits,pacs}, table5-rt-{digits,pacs},
+# bandwidth-{digits,pacs}, cost, reports. Sweeps skip finished runs and resume interrupted ones, so the script can
+# be stopped and restarted. THREADS (default 1) is run.num_threads of every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FEDHET=${FEDHET:-.venv/bin/fedhet}
 PY=${PY:-.venv/bin/python}
-THREADS=${THREADS:-2}
+THREADS=${THREADS:-1}
 OUT=docs/results/fraug
 what=${1:-all}
+CORE=single,fedavg,fedbn,fraug  # Table 2 rows that FRAug's defaults affect (fraug) and its references
 
-sweep() { $FEDHET sweep "$1" "run.num_threads=$THREADS" --quiet; }
+sweep() { local cfg=$1; shift; $FEDHET sweep "$cfg" "run.num_threads=$THREADS" --quiet "$@"; }
+cfg_of() { case $1 in surf) echo configs/office_caltech10_surf.yaml ;; *) echo "configs/cpu/$1.yaml" ;; esac; }
 
+case $what in
+  table2-*) sweep "$(cfg_of "${what#table2-}")" --methods $CORE ;;
+  table5-rt-*) sweep "configs/cpu/${what#table5-rt-}_fraug_tables.yaml" --methods fraug_rt,fraug_rt_ema ;;
+  bandwidth-*) ds=${what#bandwidth-}
+    $PY benchmarks/fraug_bandwidth.py "configs/cpu/${ds}_fraug_bandwidth.yaml" "run.num_threads=$THREADS" \
+      --out "$OUT/bandwidth_$ds.json" ;;
+esac
 if [[ $what == all || $what == surf ]]; then sweep configs/office_caltech10_surf.yaml; fi
-if [[ $what == all || $what == digits ]]; then
-  sweep configs/cpu/digits.yaml
-  sweep configs/cpu/digits_fraug_investigate.yaml
-  sweep configs/cpu/digits_r50.yaml
-  sweep configs/cpu/digits_fraug_tables.yaml
-fi
-if [[ $what == all || $what == pacs ]]; then
-  sweep configs/cpu/pacs.yaml
-  sweep configs/cpu/pacs_fraug_investigate.yaml
-  sweep configs/cpu/pacs_fraug_tables.yaml
-fi
+for ds in digits pacs; do
+  [[ $what == all || $what == "$ds" ]] || continue
+  sweep "configs/cpu/$ds.yaml"
+  sweep "configs/cpu/${ds}_fraug_investigate.yaml"
+  if [[ $ds == digits ]]; then sweep configs/cpu/digits_r50.yaml; fi
+  sweep "configs/cpu/${ds}_fraug_tables.yaml"
+done
 if [[ $what == all || $what == cost ]]; then
   $PY benchmarks/fraug_cost.py --config configs/cpu/digits.yaml --out $OUT/cost_digits.json
   $PY benchmarks/fraug_cost.py --config configs/cpu/pacs.yaml --out $OUT/cost_pacs.json
 fi
+[[ $what == all || $what == reports ]] || exit 0
 
-# Reports: one folder per table and dataset. Tables 5/6/7/10 ran one seed with class_reduction mean for every
-# FRAug row, so their reference rows are the Table 2 runs of fedbn / fedavg / single and the investigation's
-# fraug_cmean, at seed 0 only. Missing runs are left out of a table (|| true: a table may still be partial).
-report() { local out=$1 ref=$2; shift 2; $FEDHET report "$@" --out "$OUT/$out" ${ref:+--reference "$ref"}; }
-seed0() { local root=$1; shift; for v in "$@"; do [[ -d $root/$v/seed0 ]] && echo "$root/$v/seed0"; done; }
-report table2_surf "" $(for m in single all fedavg fedprox fedproto fedbabu pfedavg partialfed fedbn fraug \
-  fraug_cmean; do echo runs/office_caltech10_surf/office_caltech10_surf/$m; done) || true
-report digits_r50 "" runs/cpu_digits_r50 || true
+# Reports: one folder per table and dataset, written only when every run the table needs is in runs/ (a partial
+# table never overwrites a complete one); Tables 5/6/7/10 ran seed 0, so their reference rows are seed 0 too.
+report() {
+  local out=$1 ref=$2; shift 2
+  for run in "$@"; do  # a seed directory, or a method directory with at least one finished seed
+    if ! compgen -G "$run/summary.json" >/dev/null && ! compgen -G "$run/seed*/summary.json" >/dev/null; then
+      echo "skip $out: $run missing"; return
+    fi
+  done
+  $FEDHET report "$@" --out "$OUT/$out" ${ref:+--reference "$ref"}
+}
+seed0() { local root=$1; shift; for v in "$@"; do echo "$root/$v/seed0"; done; }
+all() { local root=$1; shift; for v in "$@"; do echo "$root/$v"; done; }
+surf=runs/office_caltech10_surf/office_caltech10_surf
+report table2_surf "" $(all $surf single all fedavg fedprox fedproto fedbabu pfedavg partialfed fedbn fraug)
+report table2_surf_core "" $(all $surf single fedavg fedbn fraug)
+report digits_r50 "" runs/cpu_digits_r50/digits/fraug runs/cpu_digits_r50/digits/fedbn runs/cpu_digits_r50/digits/fedavg
 for ds in digits pacs; do
   root=runs/cpu_$ds/$ds
-  [[ -d $root/fraug ]] || continue
   report table2_$ds configs/paper/fraug_table2_$ds.yaml \
-    $(for m in single all fedavg fedprox fedproto fedbabu pfedavg partialfed fedbn fraug; do echo $root/$m; done)
-  report investigate_$ds "" $root/fedavg $root/fedbn $root/fraug $root/fraug_cmean || true
+    $(all $root single all fedavg fedprox fedproto fedbabu pfedavg partialfed fedbn fraug)
+  report table2_${ds}_core configs/paper/fraug_table2_$ds.yaml $(all $root single fedavg fedbn fraug)
+  rate=$([[ $ds == pacs ]] && echo fraug_rate0.2 || echo fraug_rate0.1)
+  report investigate_$ds "" $(all $root fedavg fedbn fraug fraug_csum $rate)
   report table5_$ds configs/paper/fraug_table5_$ds.yaml \
-    $(seed0 $root fedbn fraug_rt fraug_rt_ema fraug_g fraug_g_ema fraug_g_rt fraug_cmean) || true
-  report table6_$ds "" $(seed0 $root fedavg fedbn fraug_cmean fedavg_sigma0.01 fedbn_sigma0.01 fraug_sigma0.01 \
-    fedavg_sigma0.1 fedbn_sigma0.1 fraug_sigma0.1 fedavg_sigma1 fedbn_sigma1 fraug_sigma1) || true
+    $(seed0 $root fedbn fraug_rt fraug_rt_ema fraug_g fraug_g_ema fraug_g_rt fraug)
+  report table5_rt_$ds configs/paper/fraug_table5_$ds.yaml $(seed0 $root fedbn fraug_rt fraug_rt_ema fraug)
+  report table6_$ds "" $(seed0 $root fedavg fedbn fraug fedavg_sigma0.01 fedbn_sigma0.01 fraug_sigma0.01 \
+    fedavg_sigma0.1 fedbn_sigma0.1 fraug_sigma0.1 fedavg_sigma1 fedbn_sigma1 fraug_sigma1)
   report table7_$ds "" $(seed0 $root fedavg fedbn uniform_0.1 laplace_0.1 gaussian_0.1 uniform_1 laplace_1 \
-    gaussian_1 fraug_cmean) || true
-  report table10_$ds "" $(seed0 $root single fedavg fedbn fraug_cmean single_frac0.5 fedavg_frac0.5 fedbn_frac0.5 \
+    gaussian_1 fraug)
+  report table10_$ds "" $(seed0 $root single fedavg fedbn fraug single_frac0.5 fedavg_frac0.5 fedbn_frac0.5 \
     fraug_frac0.5 single_frac0.2 fedavg_frac0.2 fedbn_frac0.2 fraug_frac0.2 single_frac0.1 fedavg_frac0.1 \
-    fedbn_frac0.1 fraug_frac0.1) || true
+    fedbn_frac0.1 fraug_frac0.1)
+  report bandwidth_$ds "" $(seed0 $root fedbn fraug fraug_bw_pooled)
 done
-# Table 5 of PACS with the literal sum over classes (the first, partial attempt, kept for the record)
-report table5_pacs_literal configs/paper/fraug_table5_pacs.yaml \
-  $(seed0 runs/cpu_pacs/pacs fedbn fraug) $(seed0 runs/cpu_pacs_literal/pacs fraug_rt fraug_rt_ema fraug_g \
-  fraug_g_ema) || true
