@@ -40,11 +40,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.quiet:
         cfg.run.quiet = True
     check_plan(SweepPlan([cfg]), prefix=False)  # method, method_args, dataset and model names: before any write
+    allowed = tuple(k for text in args.allow_config_change or [] for k in csv_list(text, "--allow-config-change") or [])
     result = run_experiment(cfg, args.run_dir, resume=args.resume, stop_after=args.stop_after,
-                            progress=not args.quiet)
+                            progress=not args.quiet, overwrite=args.overwrite, allow_changes=allowed)
     _print_final(result.final)
+    _print_config_changes(result.summary.get("config_changes", []))
     print(f"results: {result.run_dir}")
     return 0
+
+
+def _print_config_changes(changes: list[dict]) -> None:
+    """The changes accepted on resume (extended rounds, --allow-config-change), as summary.json records them."""
+    from fedhet.engine.loop import ROUNDS_NOTE
+
+    for c in changes:
+        note = ROUNDS_NOTE if c["key"] == "rounds" else ""
+        print(f"config change at the resume after round {c['round']}: {c['key']} {c['old']!r} -> {c['new']!r}{note}")
 
 
 def _print_final(final: dict[str, dict[str, float]]) -> None:
@@ -193,7 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one experiment: fedhet run CONFIG [key=value ...]")
     run.add_argument("config", nargs="?", help="YAML config (default: built-in defaults)")
     run.add_argument("overrides", nargs="*", help="config overrides, e.g. method=fedbn train.lr=0.05")
-    run.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    run.add_argument("--resume", action="store_true",
+                     help="continue from the run's latest checkpoint (also to extend it: a larger rounds=)")
+    run.add_argument("--allow-config-change", action="append", metavar="KEY[,KEY...]",
+                     help="with --resume: accept these results-relevant keys differing from the checkpoint's "
+                          "(e.g. train.lr after a NaN loss); recorded in summary.json")
+    run.add_argument("--overwrite", action="store_true", help="start the run again over an existing checkpoint")
     run.add_argument("--run-dir", default=None, help="where to write results (default: runs/NAME/...)")
     run.add_argument("--stop-after", type=int, default=None, help="stop (with a checkpoint) after this round")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

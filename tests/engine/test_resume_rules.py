@@ -117,3 +117,13 @@ def test_results_follow_the_umask(tmp_path: Path) -> None:
         os.umask(old)
     for name in ("metrics.jsonl", "summary.json", "config.yaml", "checkpoints/latest.pt"):
         assert stat.S_IMODE((tmp_path / "r" / name).stat().st_mode) == 0o644, name
+
+
+def test_sweep_extends_finished_runs_when_rounds_grow(tmp_path: Path) -> None:
+    from fedhet.engine.sweep import plan_sweep, run_status, run_sweep
+
+    base = cfg("rounds=2", f"run.out_dir={tmp_path}")
+    run_dir = run_sweep(plan_sweep(base, ["fedavg"], [0]), progress=False)[0]
+    assert run_status(run_dir, 2) == "finished" and run_status(run_dir, 3) == "resume"
+    run_sweep(plan_sweep(cfg("rounds=3", f"run.out_dir={tmp_path}"), ["fedavg"], [0]), progress=False)
+    assert json.loads((run_dir / "summary.json").read_text())["rounds_completed"] == 3

@@ -80,6 +80,19 @@ def check_finite(loss: torch.Tensor, where: str) -> None:
         raise TrainingDivergedError(f"loss became {loss.item()} in {where}; {DIVERGED_ADVICE}")
 
 
+def first_nonfinite(tree: object, path: str = "") -> str | None:
+    """The dotted path of the first floating-point tensor holding NaN / inf in a nested dict / list of tensors
+    (a server state), or None when all are finite."""
+    if isinstance(tree, torch.Tensor):
+        return path if tree.is_floating_point() and not bool(torch.isfinite(tree).all()) else None
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, (list, tuple)) else ()
+    for key, value in items:
+        found = first_nonfinite(value, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
+
+
 def cross_entropy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The plain supervised loss."""
     return nn.functional.cross_entropy(model(x), y)

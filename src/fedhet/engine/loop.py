@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from fedhet.config import ExperimentConfig
 from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.engine.experiment import Experiment, build_experiment
-from fedhet.engine.local import evaluate
+from fedhet.engine.local import DIVERGED_ADVICE, evaluate, first_nonfinite
 from fedhet.engine.rundir import RunDirectory, check_writable_path, client_rows, start_check
 from fedhet.engine.sampling import sample_clients
 from fedhet.engine.seeding import seeded
@@ -29,6 +29,8 @@ ROUNDS_NOTE = (" (schedules that depend on the total number of rounds, e.g. FRAu
 
 class Interrupted(FedhetError):
     """The run was stopped by Ctrl-C or SIGTERM after a checkpoint was written."""
+
+    exit_code = 130  # as a shell reports a process stopped by SIGINT
 
 
 @dataclass
@@ -100,6 +102,7 @@ class RoundLoop:
         self.config_changes: list[dict[str, Any]] = []
         self._committed = self._snapshot()
         self._saved_round = -1  # the round of the checkpoint on disk (-1: none written by or read into this loop)
+        self._reopened = False  # a finished run resumed to be extended: summary.json is stale
 
     def _phase(self, name: str, rnd: int) -> None:
         if self.on_phase is not None:
@@ -130,10 +133,11 @@ class RoundLoop:
         self.dir.write_metrics(self.metrics)
         for change in self.config_changes:
             if change["round"] == self.round:
-                log.warning("resuming after round %d with %s changed: %r -> %r%s", self.round, change["key"],
-                            change["old"], change["new"], ROUNDS_NOTE if change["key"] == "rounds" else "")
-        if self.round < self.cfg.rounds and self.dir.is_finished():
-            self.dir.summary_path.unlink()  # extending a finished run: it is not finished any more
+                log.info("resuming after round %d with %s changed: %r -> %r%s", self.round, change["key"],
+                         change["old"], change["new"], ROUNDS_NOTE if change["key"] == "rounds" else "")
+        # extending a finished run: its summary goes with the first new round's commit (not before: a failure
+        # on the way leaves the run as it was)
+        self._reopened = self.round < self.cfg.rounds and self.dir.is_finished()
         log.info("resumed %s at round %d", self.dir.path, self.round)
 
     def checkpoint(self) -> None:
@@ -155,6 +159,10 @@ class RoundLoop:
         replies = self.clients.fit(rnd, messages)
         with seeded(self.cfg.seed, rnd, "aggregate"):
             self.server = self.alg.aggregate(self.server, replies)
+        bad = first_nonfinite(self.server)
+        if bad is not None:  # a finite last loss can still leave infinite weights: never commit them
+            raise TrainingDivergedError(f"the server state {bad} became NaN/inf after aggregation in round {rnd}; "
+                                        f"{DIVERGED_ADVICE}")
 
     def evaluate_round(self, rnd: int) -> float:
         """Evaluate every client's deployed model; returns the average test accuracy."""
@@ -188,6 +196,9 @@ class RoundLoop:
                 self.checkpoint()
             elif evaluated:
                 self.dir.write_metrics(self.metrics)  # live progress; the checkpoint has the rest
+            if self._reopened:
+                self.dir.summary_path.unlink(missing_ok=True)
+                self._reopened = False
         self._phase("end", rnd)
         return acc
 
@@ -220,8 +231,8 @@ class RoundLoop:
             except TrainingDivergedError:
                 bar.close()
                 self.stop_at_last_commit(signals)
-                log.error("training diverged in round %d; the checkpoint of round %d is in %s",
-                          self.round + 1, self.round, self.dir.latest_checkpoint)
+                log.info("training diverged in round %d; the checkpoint of round %d is in %s",
+                         self.round + 1, self.round, self.dir.latest_checkpoint)
                 raise
         bar.close()
         return self.finish()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,10 +86,18 @@ def _check_entries(entries: list[str], variants: dict[str, Any]) -> None:
             raise unknown_choice("method (or sweep variant)", str(entry), names)
 
 
-def run_status(run_dir: Path) -> str:
-    """finished (has its summary), resume (has a checkpoint) or new."""
+def run_status(run_dir: Path, rounds: int | None = None) -> str:
+    """finished (its summary reached `rounds`), resume (has a checkpoint: interrupted, or finished with fewer
+    rounds, so a larger `rounds` extends it) or new."""
     rundir = RunDirectory(run_dir)
-    return "finished" if rundir.is_finished() else "resume" if rundir.latest_checkpoint.is_file() else "new"
+    if rundir.is_finished():
+        try:
+            done = json.loads(rundir.summary_path.read_text()).get("rounds_completed")
+        except (OSError, ValueError):
+            done = None
+        if rounds is None or not isinstance(done, int) or done >= rounds:
+            return "finished"
+    return "resume" if rundir.latest_checkpoint.is_file() else "new"
 
 
 def check_plan(plan: SweepPlan, prefix: bool = True) -> list[tuple[ExperimentConfig, str]]:
@@ -128,7 +137,7 @@ def check_plan(plan: SweepPlan, prefix: bool = True) -> list[tuple[ExperimentCon
             if not prefix:
                 raise
             raise ConfigError(f"sweep run {cfg.variant} seed {cfg.seed} ({cfg.data.dataset}): {err}") from err
-        checked.append((cfg, run_status(run_dir_for(cfg))))
+        checked.append((cfg, run_status(run_dir_for(cfg), cfg.rounds)))
     return checked
 
 
@@ -139,7 +148,7 @@ def run_sweep(plan: SweepPlan, progress: bool = True) -> list[Path]:
     for cfg in bar:
         run_dir = run_dir_for(cfg)
         bar.set_postfix_str(f"{cfg.method} {cfg.data.dataset} seed {cfg.seed}")
-        status = run_status(run_dir)
+        status = run_status(run_dir, cfg.rounds)
         if status == "finished":
             log.info("skipping finished run %s", run_dir)
         else:
