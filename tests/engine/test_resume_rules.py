@@ -127,3 +127,10 @@ def test_sweep_extends_finished_runs_when_rounds_grow(tmp_path: Path) -> None:
     assert run_status(run_dir, 2) == "finished" and run_status(run_dir, 3) == "resume"
     run_sweep(plan_sweep(cfg("rounds=3", f"run.out_dir={tmp_path}"), ["fedavg"], [0]), progress=False)
     assert json.loads((run_dir / "summary.json").read_text())["rounds_completed"] == 3
+
+
+def test_a_run_that_fails_before_writing_leaves_no_folder(tmp_path: Path) -> None:
+    bad = cfg("rounds=1", "data.dataset=pacs", "data.root=" + str(tmp_path / "no-data"))
+    with pytest.raises(Exception, match="pacs"):
+        run_experiment(bad, tmp_path / "runs" / "a" / "b")
+    assert not (tmp_path / "runs").exists()

@@ -115,9 +115,11 @@ class RunDirectory:
     def locked(self) -> Iterator[None]:
         """Hold an exclusive lock on the run directory, or raise RunDirError if another process holds it."""
         check_writable_path(self.path)
+        created = [p for p in (self.path, *self.path.parents) if not p.exists()]
         _guard(self.path, lambda: self.path.mkdir(parents=True, exist_ok=True))
         lock_path = self.path / LOCK_FILE
         fh = _guard(lock_path, lambda: open(lock_path, "a+"))
+        ok = False
         try:
             if fcntl is not None:
                 try:
@@ -132,8 +134,19 @@ class RunDirectory:
             fh.write(str(os.getpid()))
             fh.flush()
             yield
+            ok = True
         finally:
             fh.close()  # closing releases the lock
+            if not ok and created and [p.name for p in self.path.iterdir()] == [LOCK_FILE]:
+                _remove_empty(self.path, lock_path, created)
+
+
+def _remove_empty(path: Path, lock_path: Path, created: list[Path]) -> None:
+    """A run that failed before writing anything leaves no folders behind (only those this run created)."""
+    with contextlib.suppress(OSError):
+        lock_path.unlink()
+        for folder in created:  # innermost first
+            folder.rmdir()
 
 
 def start_check(run_dir: Path, resume: bool, overwrite: bool = False) -> None:
