@@ -34,3 +34,14 @@ def test_seeds_decide_whether_the_lead_is_noise() -> None:
 
 def test_nothing_to_compare() -> None:
     assert read_table(table({"fedavg": 0.5})) == ""
+
+
+def test_the_report_prints_the_reading_under_the_accuracy_table(make_run, tmp_path) -> None:
+    from fedhet.report import write_report
+
+    runs = [make_run("single", 0, {"a": 0.5, "b": 0.6, "avg": 0.55}),
+            make_run("fedbn", 0, {"a": 0.7, "b": 0.8, "avg": 0.75})]
+    text = write_report(runs, tmp_path / "out").markdown.read_text()
+    reading = "**Reading.** On digits, fedbn has the highest average accuracy over clients (75.0%), 20.0 points"
+    assert reading in text
+    assert text.index(reading) < text.index("balanced_accuracy (%)") and text.count("**Reading.**") == 1

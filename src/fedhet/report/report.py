@@ -10,8 +10,9 @@ from typing import NamedTuple
 from fedhet.engine.atomic import atomic_write_text
 from fedhet.outpaths import check_output_dir, write_failed
 from fedhet.report.plot import plot_curves
+from fedhet.report.reading import read_table
 from fedhet.report.runs import RunRecord, load_runs
-from fedhet.report.table import Reference, make_table, to_csv, to_markdown
+from fedhet.report.table import Reference, Table, make_table, to_csv, to_markdown
 
 
 class ReportPaths(NamedTuple):
@@ -64,6 +65,14 @@ def write_report(
         raise write_failed(out, err, "report folder") from err
 
 
+def _reading(table: Table) -> str:
+    """The plain-language sentence under each accuracy table (`report.reading`)."""
+    if table.metric != "accuracy":
+        return ""
+    lines = [f"**Reading.** {text}\n" for t in table.datasets if (text := read_table(t, table.percent))]
+    return "\n" + "\n".join(lines) if lines else ""
+
+
 def _write(runs: Sequence[RunRecord], out: Path, metrics: Sequence[str], reference: Reference | None, by: str,
            reference_dataset: str | None) -> ReportPaths:
     out.mkdir(parents=True, exist_ok=True)
@@ -77,7 +86,7 @@ def _write(runs: Sequence[RunRecord], out: Path, metrics: Sequence[str], referen
         "# fedhet report\n",
         f"{len(runs)} runs, {n_sets} (dataset, method) groups.\n",
         "## Final metrics\n",
-        *(to_markdown(t) for t in tables),
+        *(to_markdown(t) + _reading(t) for t in tables),
         "## Learning curves\n",
         "Average test accuracy over clients vs round; line = mean over seeds, band = ± sample std.\n",
         f"![learning curves]({curves.name})\n",
