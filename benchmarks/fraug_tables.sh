@@ -23,7 +23,7 @@ cfg_of() { case $1 in surf) echo configs/office_caltech10_surf.yaml ;; *) echo "
 
 case $what in
   table2-*) sweep "$(cfg_of "${what#table2-}")" --methods $CORE ;;
-  table5-rt-*) sweep "configs/cpu/${what#table5-rt-}_fraug_tables.yaml" --methods fraug_rt,fraug_rt_ema ;;
+  table5-rt-*) sweep "configs/cpu/${what#table5-rt-}_fraug_tables.yaml" --methods fraug_rt,fraug_rt_ema,fraug_rt_ema_proto ;;
   bandwidth-*) ds=${what#bandwidth-}
     $PY benchmarks/fraug_bandwidth.py "configs/cpu/${ds}_fraug_bandwidth.yaml" "run.num_threads=$THREADS" \
       --out "$OUT/bandwidth_$ds.json" ;;
@@ -68,7 +68,8 @@ for ds in digits pacs; do
   report investigate_$ds "" $(all $root fedavg fedbn fraug fraug_csum $rate)
   report table5_$ds configs/paper/fraug_table5_$ds.yaml \
     $(seed0 $root fedbn fraug_rt fraug_rt_ema fraug_g fraug_g_ema fraug_g_rt fraug)
-  report table5_rt_$ds configs/paper/fraug_table5_$ds.yaml $(seed0 $root fedbn fraug_rt fraug_rt_ema fraug)
+  report table5_rt_$ds configs/paper/fraug_table5_$ds.yaml $(seed0 $root fedbn fraug_rt fraug_rt_ema fraug_rt_ema_proto \
+    fraug)
   report table6_$ds "" $(seed0 $root fedavg fedbn fraug fedavg_sigma0.01 fedbn_sigma0.01 fraug_sigma0.01 \
     fedavg_sigma0.1 fedbn_sigma0.1 fraug_sigma0.1 fedavg_sigma1 fedbn_sigma1 fraug_sigma1)
   report table7_$ds "" $(seed0 $root fedavg fedbn uniform_0.1 laplace_0.1 gaussian_0.1 uniform_1 laplace_1 \

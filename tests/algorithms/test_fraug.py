@@ -11,7 +11,7 @@ import pytest
 import torch
 from fedhet_testing import tiny_client, tiny_model
 
-from fedhet.algorithms import ALGORITHMS, ClientContext
+from fedhet.algorithms import ALGORITHMS, ClientContext, fraug_losses
 from fedhet.algorithms.embedding_noise import sample_noise
 from fedhet.algorithms.fraug import GEN, lambda_c, lambda_syn, update_prototypes
 from fedhet.config import ServerConfig, TrainConfig, from_dict
@@ -181,17 +181,24 @@ def test_prototype_labels_cover_every_class_when_c_exceeds_b_syn(monkeypatch: py
     assert counts.max() - counts.min() <= 1  # 160 labels over two rounds: 2 or 3 per class
 
 
-def test_without_the_generator_the_rtnet_transforms_the_real_embeddings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Table 5 rows 1-2: u_hat = u + lam m(u), u_hat_c = u_bar_c + lam m(u_bar_c) (not m of Gaussian noise)."""
-    alg = make(use_generator=False)
-    checked = []
+@pytest.mark.parametrize("source", ["batch", "prototype"])
+def test_without_the_generator_the_rtnet_transforms_the_real_embeddings(source: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Table 5 rows 1-2: u_hat = u + lam m(u); u_hat_c = u_bar_c + lam m(u_i) with u_i a real class-c embedding
+    of the batch (`rt_input_c: batch`) or m(u_bar_c) ("prototype"); never m of Gaussian noise."""
+    alg = make(use_generator=False, rt_input_c=source)
+    picks, checked = [], []
+    pick_real = fraug_losses.pick_real
+    monkeypatch.setattr(fraug_losses, "pick_real", lambda *a: picks.append(pick_real(*a)) or picks[-1])
     original = alg.synthetic_loss
 
     def spy(head, u, y, res, protos, labels_c, res_c, lam):
-        rt = alg._nets["rt"]  # the RTNet of this step, before stage 2 moves it; same batch -> same BN statistics
-        with torch.no_grad():
+        rt, pick = alg._nets["rt"], picks[-1]  # this step's RTNet, before stage 2 moves it
+        assert (pick >= 0).all() == (source == "batch") and (y[pick[pick >= 0]] == labels_c[pick >= 0]).all()
+        base_c = torch.where((pick >= 0)[:, None], u[pick.clamp_min(0)], protos[labels_c])
+        with torch.no_grad():  # same batch -> same BN statistics
             assert torch.allclose(res, rt(u.detach()), atol=1e-6)
-            assert torch.allclose(res_c, rt(protos[labels_c]), atol=1e-6)
+            assert torch.allclose(res_c, rt(base_c.detach()), atol=1e-6)
         checked.append(1)
         return original(head, u, y, res, protos, labels_c, res_c, lam)
 
@@ -214,6 +221,8 @@ def test_params_validation() -> None:
         cls.Params(mmd_sigma=2.0).validate()
     with pytest.raises(ConfigError, match="proto_labels must be one of rotate, random"):
         cls.Params(proto_labels="cycle").validate()
+    with pytest.raises(ConfigError, match="rt_input_c must be one of batch, prototype"):
+        cls.Params(rt_input_c="noise").validate()
     p = cls.Params()
     assert (p.z_dim, p.eta_g, p.eta_m, p.alpha, p.beta, p.b_syn, p.lambda0, p.r0_frac) == (
         256, 0.005, 0.005, 1.0, 1.5, 64, 0.3, 0.05)

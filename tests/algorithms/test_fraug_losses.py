@@ -132,6 +132,17 @@ def test_proto_labels_rotate_covers_every_class_evenly() -> None:
     assert per_class.tolist() == [1, 1, 1, 4, 4, 4]
 
 
+def test_pick_real_draws_a_real_embedding_of_the_same_class() -> None:
+    y, labels_c = T([0, 1, 0, 2, 0]), T([0, 2, 1, 3, 0])
+    torch.manual_seed(0)
+    picks = torch.stack([fl.pick_real(y, labels_c, True) for _ in range(50)])
+    assert set(picks[:, 0].tolist()) == {0, 2, 4} and (picks[:, 1] == 3).all() and (picks[:, 2] == 1).all()
+    assert (picks[:, 3] == -1).all()  # class 3 is not in the batch: the prototype
+    assert (fl.pick_real(y, labels_c, False) == -1).all()
+    u, protos = torch.arange(10.0).reshape(5, 2), -torch.ones(4, 2)
+    assert fl.rt_source_c(u, protos, T([1, 3]), T([1, -1])).tolist() == [[2.0, 3.0], [-1.0, -1.0]]
+
+
 def _hand_mmd(x: torch.Tensor, y: torch.Tensor, sigma: float) -> torch.Tensor:
     k = lambda a, b: torch.exp(-((a[:, None] - b[None]) ** 2).sum(-1) / (2 * sigma**2)).mean()  # noqa: E731
     return k(x, x) + k(y, y) - 2 * k(x, y)
@@ -145,7 +156,7 @@ def _hand_ent(z: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("use_generator", [True, False])
 def test_stage2_steps_g_and_m_down_the_hand_gradients_of_eq5_and_eq6(use_generator: bool) -> None:
     """One stage-2 step: omega -= eta_g grad(Eq. 5), phi -= eta_m grad(Eq. 6); the head is left alone.
-    Without the generator the RTNet maps the real embeddings u (and u_bar_c)."""
+    Without the generator the RTNet maps the real embeddings u (and for u_hat_c the picked ones or u_bar_c)."""
     cls = ALGORITHMS.get("fraug")
     p = cls.Params(z_dim=4, b_syn=4, eta_g=0.1, eta_m=0.2, aux_momentum=0.0, alpha=1.5, beta=1.25,
                    mmd_bandwidth="fixed", mmd_sigma=2.0, use_generator=use_generator)
@@ -154,14 +165,16 @@ def test_stage2_steps_g_and_m_down_the_hand_gradients_of_eq5_and_eq6(use_generat
     torch.manual_seed(0)
     gen, rt, head = alg.new_generator() if use_generator else None, alg.new_rtnet(), torch.nn.Linear(3, 2)
     gen0, rt0, head0 = copy.deepcopy(gen), copy.deepcopy(rt), copy.deepcopy(head)
-    u, y, z, z2 = torch.randn(6, 3), T([0, 1, 0, 1, 0, 1]), torch.randn(6, 4), torch.randn(4, 4)
+    u, y, z = torch.randn(6, 3), T([0, 1, 0, 1, 0, 1]), torch.randn(6, 4)
     protos, labels_c, lam = torch.randn(2, 3), T([0, 1, 0, 1]), 0.7
+    # z' for the generator; without it the picked real class-c embeddings (-1: the prototype)
+    z2 = torch.randn(4, 4) if use_generator else T([2, -1, 0, 5])
     aux = [torch.optim.SGD(n.parameters(), lr=lr, momentum=0.0) for n, lr in ((gen, 0.1), (rt, 0.2)) if n]
     alg._stage2(head, gen, rt, aux, u, y, z, z2, protos, labels_c, lam)
     assert all(torch.equal(a, b) for a, b in zip(head.parameters(), head0.parameters(), strict=True))
     assert all(q.grad is None for q in head.parameters())
     src = gen0(z, y).detach() if gen0 else u
-    src_c = gen0(z2, labels_c).detach() if gen0 else protos[labels_c]
+    src_c = gen0(z2, labels_c).detach() if gen0 else torch.stack([u[2], protos[1], u[0], u[5]])
     u_hat, u_hat_c = u + lam * rt0(src), protos[labels_c] + lam * rt0(src_c)
     classes = [(-_hand_ent(head(u_hat_c[labels_c == c])) + 1.25 * _hand_mmd(u_hat_c[labels_c == c], protos[c:c + 1],
                                                                            2.0)) for c in (0, 1)]

@@ -27,9 +27,10 @@ leaves open (spec 2.4; each a `Params` field, docs/fraug.md has the reasons):
   (`mmd_sigma`).
 - g, m: appendix Tabs. 4-5 (`fedhet.models.fraug_nets`), SGD (eta_g / eta_m, `aux_momentum`), fresh each round.
   Prototypes: `proto_init`, `proto_absent`, `proto_persist`, `eps`.
-- ablations (Table 5): `use_generator`, `use_rtnet`, `use_ema`. Without the generator the RTNet maps the real
-  embeddings (u_hat = u + lam_syn m(u), u_hat_c = u_bar_c + lam_syn m(u_bar_c)); without the RTNet the residual
-  is g(z, y) itself.
+- ablations (Table 5): `use_generator`, `use_rtnet`, `use_ema`. Without the generator the RTNet maps real
+  embeddings: u_hat = u + lam_syn m(u), u_hat_c = u_bar_c + lam_syn m(u_i) with u_i a random real class-c
+  embedding of the batch (`rt_input_c="batch"`; u_bar_c when none) or m(u_bar_c) ("prototype"); without the
+  RTNet the residual is g(z, y) itself.
 - evaluation as FedBN: the round's shared classifier with the client's local BN.
 Aggregation: uniform per Alg. 1 when `server.aggregation: uniform` (FRAug's configs); the setting is respected.
 """
@@ -57,7 +58,7 @@ from fedhet.models.fraug_nets import Generator, RTNet
 GEN = "gen/"
 CHOICES = {"proto_mmd": ("prototype", "real"), "proto_init": ("first", "zeros"), "proto_absent": ("skip", "literal"),
            "class_reduction": ("mean", "sum"), "stage2_features": ("reuse", "recompute"),
-           "proto_labels": fl.LABEL_DRAWS, "mmd_bandwidth": fl.BANDWIDTHS}
+           "proto_labels": fl.LABEL_DRAWS, "mmd_bandwidth": fl.BANDWIDTHS, "rt_input_c": fl.RT_INPUTS_C}
 DIAGNOSTICS = ("gen_loss", "rt_loss", "mmd_rt", "res_norm", "u_norm", "sigma")
 
 
@@ -97,6 +98,7 @@ class FRAug(Algorithm):
         use_generator: bool = True
         use_rtnet: bool = True
         use_ema: bool = True
+        rt_input_c: str = "batch"
 
         def validate(self) -> None:
             for key, choices in CHOICES.items():
@@ -167,9 +169,9 @@ class FRAug(Algorithm):
     # ------------------------------------------------------------------ client side
     @staticmethod
     def residual(gen: nn.Module | None, rt: nn.Module | None, z: torch.Tensor | None, y: torch.Tensor,
-                 base: torch.Tensor, into_generator: bool = False) -> torch.Tensor:
-        """m(g(z, y)); g(z, y) without the RTNet; m(base) without the generator (base = u or u_bar_c)."""
-        v = gen(z, y) if gen is not None else base.detach()
+                 base: torch.Tensor | None, into_generator: bool = False) -> torch.Tensor:
+        """m(g(z, y)); g(z, y) without the RTNet; m(base) without the generator (base: u, or u_hat_c's source)."""
+        v = gen(z, y) if gen is not None else base.detach()  # type: ignore[union-attr]
         return v if rt is None else rt(v if into_generator else v.detach())
 
     def _proto_labels(self, seen: torch.Tensor, cursor: int = 0) -> tuple[torch.Tensor, int]:
@@ -205,10 +207,13 @@ class FRAug(Algorithm):
             if aug:
                 labels_c, cursor = self._proto_labels(seen, cursor)
                 z = torch.randn(len(y), p.z_dim, device=ctx.device) if gen is not None else None
-                z2 = torch.randn(len(labels_c), p.z_dim, device=ctx.device) if gen is not None else None
+                # z' for the generator; without it, which real class-c embedding (or -1: u_bar_c) m transforms
+                z2 = torch.randn(len(labels_c), p.z_dim, device=ctx.device) if gen is not None else \
+                    fl.pick_real(y, labels_c, p.rt_input_c == "batch")
                 with torch.no_grad():
                     res = self.residual(gen, rt, z, y, u)
-                    res_c = self.residual(gen, rt, z2, labels_c, protos[labels_c]) if len(labels_c) else None
+                    base_c = fl.rt_source_c(u, protos, labels_c, z2) if gen is None else None
+                    res_c = self.residual(gen, rt, z2, labels_c, base_c) if len(labels_c) else None
                 loss = loss + self.synthetic_loss(model.head, u, y, res, protos, labels_c, res_c, lam_s)
             optimizer_step(model, opt, loss, f"{self.name} client {ctx.client_id} round {ctx.round}",
                            self.train_cfg.grad_clip)
@@ -251,7 +256,7 @@ class FRAug(Algorithm):
         return u
 
     def _stage2(self, head: nn.Module, gen: nn.Module | None, rt: nn.Module | None, aux: list,
-                u: torch.Tensor, y: torch.Tensor, z: torch.Tensor | None, z2: torch.Tensor | None,
+                u: torch.Tensor, y: torch.Tensor, z: torch.Tensor | None, z2: torch.Tensor,
                 protos: torch.Tensor, labels_c: torch.Tensor, lam_s: float) -> torch.Tensor:
         """Eq. (5) -> generator, Eq. (6) -> RTNet (classifier fixed: gradients go to g and m only).
         Returns the step's DIAGNOSTICS (losses, unweighted MMD(u_hat, u), mean norms of the residual and u)."""
@@ -267,7 +272,7 @@ class FRAug(Algorithm):
             u_hat_c = None
             if len(labels_c):
                 with torch.set_grad_enabled(route):
-                    src_c = gen(z2, labels_c) if gen is not None else protos[labels_c]
+                    src_c = gen(z2, labels_c) if gen is not None else fl.rt_source_c(u, protos, labels_c, z2)
                 u_hat_c = protos[labels_c] + lam_s * rt(src_c if route else src_c.detach())
             rt_loss = self.rtnet_loss(head, u, y, u + res, protos, labels_c, u_hat_c, sigma)
         nets = [net for net in (gen, rt) if net is not None]

@@ -7,6 +7,7 @@
 - `mmd_bandwidth`: the Gaussian-kernel bandwidth of every MMD in one local step (`Params.mmd_bandwidth`).
 - `proto_labels`: the classes c of the B_syn prototype-based synthetic embeddings u_hat_c of one step.
 - `lambda_c`, `lambda_syn` (appendix A.2 schedules), `update_prototypes` (Eq. 4).
+- `pick_real`, `rt_source_c`: the RTNet's input for u_hat_c in the ablation without the generator.
 
 The sums over classes are reduced by `per_class`: per-class means, then summed (the literal Sigma_c) or averaged.
 """
@@ -23,6 +24,7 @@ from fedhet.losses import gaussian_mmd, median_heuristic_sigma, softmax_entropy
 
 BANDWIDTHS = ("real", "pooled", "fixed")
 LABEL_DRAWS = ("rotate", "random")
+RT_INPUTS_C = ("batch", "prototype")
 
 
 def lambda_c(rnd: int, rounds: int, lambda0: float = 0.3, r0_frac: float = 0.05) -> float:
@@ -73,6 +75,22 @@ def proto_labels(classes: Tensor, b_syn: int, per_class_draw: bool, draw: str, c
         return classes[torch.randint(n, (b_syn,), device=classes.device)], cursor
     idx = (cursor + torch.arange(b_syn, device=classes.device)) % n
     return classes[idx], (cursor + b_syn) % n
+
+
+def pick_real(y: Tensor, labels_c: Tensor, from_batch: bool) -> Tensor:
+    """For each label c of labels_c, the index of a random real sample of class c in the batch (torch's global
+    RNG), or -1 when the batch has none (or `from_batch` is false): then the prototype u_bar_c is used."""
+    if not from_batch or not len(labels_c):
+        return torch.full((len(labels_c),), -1, dtype=torch.long, device=y.device)
+    match = labels_c[:, None] == y[None]
+    scores = torch.rand(match.shape, device=y.device).masked_fill(~match, -1.0)
+    return torch.where(match.any(1), scores.argmax(1), -1)
+
+
+def rt_source_c(u: Tensor, protos: Tensor, labels_c: Tensor, pick: Tensor) -> Tensor:
+    """The RTNet's input for u_hat_c without the generator: the picked real embedding u_i, else u_bar_c."""
+    real = u.detach()[pick.clamp_min(0)]
+    return torch.where((pick >= 0)[:, None], real, protos.detach()[labels_c])
 
 
 def mmd_bandwidth(u: Tensor, how: str, sigma: float | None) -> Tensor | None:
