@@ -24,7 +24,7 @@ import torch
 from fedhet.config import load_config
 from fedhet.engine.experiment import build_experiment
 from fedhet.engine.loop import RoundLoop, client_executor, run_experiment
-from fedhet.errors import ConfigError
+from fedhet.errors import CheckpointError, ConfigError
 from fedhet.runtimes.batched import BatchedClients
 from fedhet.runtimes.inprocess import InProcessClients
 
@@ -143,13 +143,16 @@ def test_runtime_is_selected_by_config(tmp_path: Path) -> None:
 
 
 def test_checkpointed_states_move_between_runtimes(tmp_path: Path) -> None:
-    """Stop a batched Ditto run after round 1, resume it in-process: the same rows as a batched run throughout."""
+    """Stop a batched Ditto run after round 1, resume it in-process: refused unless the runtime change is allowed
+    (the runtimes agree only to float tolerance), and then the same rows as a batched run throughout."""
     args = ["method=ditto", "rounds=2", "train.persist_optimizer=true"]
     full = rows(tmp_path / "full", *args, "run.runtime=batched")
     cfg = load_config(None, [*BASE, *args, "run.runtime=batched", f"run.out_dir={tmp_path / 'split'}"])
     run_experiment(cfg, stop_after=1, progress=False)
     cfg = load_config(None, [*BASE, *args, f"run.out_dir={tmp_path / 'split'}"])
-    result = run_experiment(cfg, resume=True, progress=False)
+    with pytest.raises(CheckpointError, match="run.runtime: 'batched' in the checkpoint, 'sequential' now"):
+        run_experiment(cfg, resume=True, progress=False)
+    result = run_experiment(cfg, resume=True, progress=False, allow_changes=("run.runtime",))
     resumed = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     for ra, rb in zip(full, resumed, strict=True):
         assert rb["loss"] == pytest.approx(ra["loss"], abs=1e-5) and rb["accuracy"] == ra["accuracy"], (ra, rb)
