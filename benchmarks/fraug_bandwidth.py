@@ -45,7 +45,8 @@ def _recording_fit(original: Any) -> Any:
 def summarise(run_dir: Path) -> dict[str, Any]:
     """Per round: the diagnostics averaged over clients (the last record of a round wins after a resume)."""
     last: dict[tuple[int, int], dict[str, float]] = {}
-    for line in (run_dir / "fraug_diagnostics.jsonl").read_text().splitlines():
+    diagnostics = run_dir / "fraug_diagnostics.jsonl"  # absent for a run finished outside this script
+    for line in (diagnostics.read_text().splitlines() if diagnostics.is_file() else []):
         row = json.loads(line)
         last[(row["round"], row["client"])] = row
     by_round: dict[int, list[dict[str, float]]] = defaultdict(list)
@@ -62,9 +63,11 @@ def main() -> None:
     parser.add_argument("config")
     parser.add_argument("overrides", nargs="*")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--methods", help="comma-separated methods / variants of the sweep (default: all)")
     args = parser.parse_args()
     FRAug.fit = _recording_fit(FRAug.fit)  # type: ignore[method-assign]
-    plan = plan_sweep(load_config(args.config, args.overrides))
+    methods = args.methods.split(",") if args.methods else None
+    plan = plan_sweep(load_config(args.config, args.overrides), methods=methods)
     results = {}
     for cfg in plan.configs:
         run_dir = run_dir_for(cfg)

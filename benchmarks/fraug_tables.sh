@@ -7,7 +7,7 @@
 #   FEDHET_DATA=... bash benchmarks/fraug_tables.sh table5-rt-pacs  # Table 5 rows 1-2 (no generator), seed 0
 #   FEDHET_DATA=... bash benchmarks/fraug_tables.sh reports         # only rebuild docs/results/fraug/ from runs/
 # Modes: all, surf, digits, pacs (every sweep of that dataset), table2-{surf,digits,pacs}, table5-rt-{digits,pacs},
-# bandwidth-{digits,pacs}, cost, reports. Sweeps skip finished runs and resume interrupted ones, so the script can
+# bandwidth-{surf,digits,pacs}, cost, reports. Sweeps skip finished runs and resume interrupted ones, so the script can
 # be stopped and restarted. THREADS (default 1) is run.num_threads of every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,8 +25,8 @@ case $what in
   table2-*) sweep "$(cfg_of "${what#table2-}")" --methods $CORE ;;
   table5-rt-*) sweep "configs/cpu/${what#table5-rt-}_fraug_tables.yaml" --methods fraug_rt,fraug_rt_ema,fraug_rt_ema_proto ;;
   bandwidth-*) ds=${what#bandwidth-}
-    $PY benchmarks/fraug_bandwidth.py "configs/cpu/${ds}_fraug_bandwidth.yaml" "run.num_threads=$THREADS" \
-      --out "$OUT/bandwidth_$ds.json" ;;
+    cfg=configs/cpu/${ds}_fraug_bandwidth.yaml; [[ $ds == surf ]] && cfg=configs/fraug_surf_bandwidth.yaml
+    $PY benchmarks/fraug_bandwidth.py "$cfg" "run.num_threads=$THREADS" --out "$OUT/bandwidth_$ds.json" ;;
 esac
 if [[ $what == all || $what == surf ]]; then sweep configs/office_caltech10_surf.yaml; fi
 for ds in digits pacs; do
@@ -57,7 +57,8 @@ seed0() { local root=$1; shift; for v in "$@"; do echo "$root/$v/seed0"; done; }
 all() { local root=$1; shift; for v in "$@"; do echo "$root/$v"; done; }
 surf=runs/office_caltech10_surf/office_caltech10_surf
 report table2_surf "" $(all $surf single all fedavg fedprox fedproto fedbabu pfedavg partialfed fedbn fraug)
-report table2_surf_core "" $(all $surf single fedavg fedbn fraug)
+report table2_surf_core "" $(all $surf single fedavg fedbn fraug fraug_csum)
+report bandwidth_surf "" $(all $surf fedbn fraug fraug_bw_real fraug_csum fraug_csum_bw_real)
 report digits_r50 "" runs/cpu_digits_r50/digits/fraug runs/cpu_digits_r50/digits/fedbn runs/cpu_digits_r50/digits/fedavg
 for ds in digits pacs; do
   root=runs/cpu_$ds/$ds
@@ -77,5 +78,5 @@ for ds in digits pacs; do
   report table10_$ds "" $(seed0 $root single fedavg fedbn fraug single_frac0.5 fedavg_frac0.5 fedbn_frac0.5 \
     fraug_frac0.5 single_frac0.2 fedavg_frac0.2 fedbn_frac0.2 fraug_frac0.2 single_frac0.1 fedavg_frac0.1 \
     fedbn_frac0.1 fraug_frac0.1)
-  report bandwidth_$ds "" $(seed0 $root fedbn fraug fraug_bw_pooled)
+  report bandwidth_$ds "" $(all $root fedbn fraug fraug_bw_real)
 done

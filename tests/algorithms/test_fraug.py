@@ -226,7 +226,7 @@ def test_params_validation() -> None:
     p = cls.Params()
     assert (p.z_dim, p.eta_g, p.eta_m, p.alpha, p.beta, p.b_syn, p.lambda0, p.r0_frac) == (
         256, 0.005, 0.005, 1.0, 1.5, 64, 0.3, 0.05)
-    assert (p.class_reduction, p.proto_labels, p.mmd_bandwidth) == ("mean", "rotate", "real")
+    assert (p.class_reduction, p.proto_labels, p.mmd_bandwidth, p.rt_input_c) == ("mean", "rotate", "pooled", "batch")
 
 
 def test_uniform_aggregation_averages_the_generator() -> None:

@@ -22,8 +22,8 @@ leaves open (spec 2.4; each a `Params` field, docs/fraug.md has the reasons):
   (`proto_labels="rotate"`) or drawn uniformly ("random"); `proto_mmd` ("prototype": u_bar_c as a one-sample
   set | "real" class-c embeddings of the batch). Sums over classes: per-class means, averaged
   (`class_reduction="mean"`: the appendix's single B_syn fits one mean-reduced loss) or summed ("sum", literal).
-- MMD: biased Gaussian-kernel MMD^2; bandwidth `mmd_bandwidth` "real" (median distance among the batch's real u,
-  so the MMD sees the residual's scale) | "pooled" (median heuristic per call: scale-invariant) | "fixed"
+- MMD: biased Gaussian-kernel MMD^2; bandwidth `mmd_bandwidth` "pooled" (median heuristic over each MMD's pooled
+  sample; the measured choice, docs/fraug.md) | "real" (median distance among the batch's real u) | "fixed"
   (`mmd_sigma`).
 - g, m: appendix Tabs. 4-5 (`fedhet.models.fraug_nets`), SGD (eta_g / eta_m, `aux_momentum`), fresh each round.
   Prototypes: `proto_init`, `proto_absent`, `proto_persist`, `eps`.
@@ -86,7 +86,7 @@ class FRAug(Algorithm):
         r0_frac: float = 0.05
         lambda_syn_rate: float = 0.01
         eps: float = 1e-6
-        mmd_bandwidth: str = "real"
+        mmd_bandwidth: str = "pooled"
         mmd_sigma: float | None = None
         proto_mmd: str = "prototype"
         proto_init: str = "first"

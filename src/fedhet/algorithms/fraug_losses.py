@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from fedhet.losses import gaussian_mmd, median_heuristic_sigma, softmax_entropy
 
-BANDWIDTHS = ("real", "pooled", "fixed")
+BANDWIDTHS = ("pooled", "real", "fixed")
 LABEL_DRAWS = ("rotate", "random")
 RT_INPUTS_C = ("batch", "prototype")
 
