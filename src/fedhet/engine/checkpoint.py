@@ -136,7 +136,7 @@ def load_checkpoint(path: Path, config: dict[str, Any], allow_changes: tuple[str
     if rounds < payload["round"]:
         raise CheckpointError(f"checkpoint '{path}' is at round {payload['round']}, beyond rounds={rounds}: "
                               f"resume with rounds >= {payload['round']}. Nothing was overwritten.")
-    changes = {k: v for k, v in differences.items()}
+    changes = dict(differences)
     if payload["config"].get("rounds") != config.get("rounds"):
         changes["rounds"] = (payload["config"].get("rounds"), config.get("rounds"))
     payload["config_changes"] = list(payload.get("config_changes", [])) + [
