@@ -6,6 +6,7 @@
 #   FEDHET_DATA=... bash benchmarks/fraug_tables.sh table2-digits   # Table 2 core rows: single, fedavg, fedbn, fraug
 #   FEDHET_DATA=... bash benchmarks/fraug_tables.sh table5-rt-pacs  # Table 5 rows 1-2 (no generator), seed 0
 #   FEDHET_DATA=... bash benchmarks/fraug_tables.sh reports         # only rebuild docs/results/fraug/ from runs/
+#   REPORTS="pacs surf" bash benchmarks/fraug_tables.sh reports      # only those datasets' reports
 # Modes: all, surf, digits, pacs (every sweep of that dataset), table2-{surf,digits,pacs}, table5-rt-{digits,pacs},
 # bandwidth-{surf,digits,pacs}, cost, reports. Sweeps skip finished runs and resume interrupted ones, so the script can
 # be stopped and restarted. THREADS (default 1) is run.num_threads of every run.
@@ -16,6 +17,7 @@ PY=${PY:-.venv/bin/python}
 THREADS=${THREADS:-1}
 OUT=docs/results/fraug
 what=${1:-all}
+REPORTS=${REPORTS:-surf digits pacs}  # datasets whose reports `reports` rebuilds
 CORE=single,fedavg,fedbn,fraug  # Table 2 rows that FRAug's defaults affect (fraug) and its references
 
 sweep() { local cfg=$1; shift; $FEDHET sweep "$cfg" "run.num_threads=$THREADS" --quiet "$@"; }
@@ -56,11 +58,16 @@ report() {
 seed0() { local root=$1; shift; for v in "$@"; do echo "$root/$v/seed0"; done; }
 all() { local root=$1; shift; for v in "$@"; do echo "$root/$v"; done; }
 surf=runs/office_caltech10_surf/office_caltech10_surf
-report table2_surf "" $(all $surf single all fedavg fedprox fedproto fedbabu pfedavg partialfed fedbn fraug)
-report table2_surf_core "" $(all $surf single fedavg fedbn fraug fraug_csum)
-report bandwidth_surf "" $(all $surf fedbn fraug fraug_bw_real fraug_csum fraug_csum_bw_real)
-report digits_r50 "" runs/cpu_digits_r50/digits/fraug runs/cpu_digits_r50/digits/fedbn runs/cpu_digits_r50/digits/fedavg
+if [[ " $REPORTS " == *" surf "* ]]; then
+  report table2_surf "" $(all $surf single all fedavg fedprox fedproto fedbabu pfedavg partialfed fedbn fraug)
+  report table2_surf_core "" $(all $surf single fedavg fedbn fraug fraug_csum)
+  report bandwidth_surf "" $(all $surf fedbn fraug fraug_bw_real fraug_csum fraug_csum_bw_real)
+fi
+if [[ " $REPORTS " == *" digits "* ]]; then
+  report digits_r50 "" runs/cpu_digits_r50/digits/fraug runs/cpu_digits_r50/digits/fedbn runs/cpu_digits_r50/digits/fedavg
+fi
 for ds in digits pacs; do
+  [[ " $REPORTS " == *" $ds "* ]] || continue
   root=runs/cpu_$ds/$ds
   report table2_$ds configs/paper/fraug_table2_$ds.yaml \
     $(all $root single all fedavg fedprox fedproto fedbabu pfedavg partialfed fedbn fraug)
