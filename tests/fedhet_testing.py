@@ -31,3 +31,17 @@ def tiny_client(n: int = 8, in_dim: int = 4, num_classes: int = 2, seed: int = 0
     y = torch.arange(n) % num_classes
     ds = TensorDataset(x, y)
     return ClientData(name=name, domain=name, train=ds, val=None, test=ds, train_eval=ds)
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    """Two run directories hold the same run: round, global and local weights bit for bit, metrics.jsonl byte
+    for byte."""
+    ca = torch.load(a / "checkpoints" / "latest.pt", weights_only=False)
+    cb = torch.load(b / "checkpoints" / "latest.pt", weights_only=False)
+    assert ca["round"] == cb["round"]
+    for key, value in ca["server"]["global"].items():
+        assert torch.equal(value, cb["server"]["global"][key]), key
+    for cid, state in ca["clients"].items():
+        for key, value in state.get("local", {}).items():
+            assert torch.equal(value, cb["clients"][cid]["local"][key]), (cid, key)
+    assert (a / "metrics.jsonl").read_text() == (b / "metrics.jsonl").read_text()

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from fedhet_testing import assert_same_run
 
 from fedhet.config import load_config
 from fedhet.engine.loop import Interrupted, RoundLoop, run_experiment
@@ -21,17 +22,6 @@ def cfg(*extra: str):
 
 def weights(run_dir) -> dict:
     return torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)
-
-
-def assert_same_run(a, b) -> None:
-    ca, cb = weights(a), weights(b)
-    assert ca["round"] == cb["round"]
-    for key, value in ca["server"]["global"].items():
-        assert torch.equal(value, cb["server"]["global"][key]), key
-    for cid, state in ca["clients"].items():
-        for key, value in state.get("local", {}).items():
-            assert torch.equal(value, cb["clients"][cid]["local"][key]), (cid, key)
-    assert (a / "metrics.jsonl").read_text() == (b / "metrics.jsonl").read_text()
 
 
 def test_resume_is_bit_exact(tmp_path) -> None:

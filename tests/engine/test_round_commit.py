@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fedhet_testing import assert_same_run
 
 from fedhet.config import load_config
 from fedhet.engine.loop import Interrupted, run_experiment
@@ -25,16 +26,8 @@ def cfg(*extra: str):
     return load_config(None, BASE + list(extra))
 
 
-def assert_same_run(a: Path, b: Path) -> None:
-    ca = torch.load(a / "checkpoints" / "latest.pt", weights_only=False)
-    cb = torch.load(b / "checkpoints" / "latest.pt", weights_only=False)
-    assert ca["round"] == cb["round"]
-    for key, value in ca["server"]["global"].items():
-        assert torch.equal(value, cb["server"]["global"][key]), key
-    for cid, state in ca["clients"].items():
-        for key, value in state.get("local", {}).items():
-            assert torch.equal(value, cb["clients"][cid]["local"][key]), (cid, key)
-    assert (a / "metrics.jsonl").read_text() == (b / "metrics.jsonl").read_text()
+def assert_same_finished_run(a: Path, b: Path) -> None:
+    assert_same_run(a, b)
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
     assert sa["final"] == sb["final"] and sa["rounds_completed"] == sb["rounds_completed"]
 
@@ -69,7 +62,7 @@ def test_signal_at_every_phase_then_resume_is_bit_exact(tmp_path: Path, straight
     assert {r["round"] for r in stopped["metrics"]} == set(range(1, completed + 1))
     assert not (tmp_path / "run" / "summary.json").exists()
     run_experiment(cfg(), tmp_path / "run", resume=True)
-    assert_same_run(straight, tmp_path / "run")
+    assert_same_finished_run(straight, tmp_path / "run")
 
 
 class HardKill(BaseException):
@@ -85,7 +78,7 @@ def test_kill_between_final_checkpoint_and_metrics_write_is_repaired(tmp_path: P
     rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert max(json.loads(r)["round"] for r in rows) == 3  # the last row is missing on disk
     run_experiment(cfg(), tmp_path / "run", resume=True)
-    assert_same_run(straight, tmp_path / "run")
+    assert_same_finished_run(straight, tmp_path / "run")
 
 
 def test_resume_rewrites_metrics_from_the_checkpoint(tmp_path: Path) -> None:
