@@ -46,7 +46,7 @@ class EfficientNetFeatures(nn.Module):
         super().__init__()
         del backbone._fc  # the ImageNet classifier is replaced by the SplitModel head
         del backbone._dropout
-        self.backbone = backbone
+        self.backbone: Any = backbone  # an untyped efficientnet_lite_pytorch.EfficientNet
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.dropout = nn.Dropout(dropout)
 

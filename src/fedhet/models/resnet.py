@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torchvision.models import ResNet18_Weights, resnet18
+from torchvision.models import ResNet, ResNet18_Weights, resnet18
 
 from fedhet.errors import FedhetError
 from fedhet.models.base import SplitModel, check_image_shape, register_model
@@ -46,7 +46,7 @@ def load_resnet18_state_dict() -> dict[str, torch.Tensor]:
 class ResNetFeatures(nn.Module):
     """A torchvision ResNet without its `fc`: conv stem, 4 stages, global average pool, flatten."""
 
-    def __init__(self, net: nn.Module) -> None:
+    def __init__(self, net: ResNet) -> None:
         super().__init__()
         self.conv1 = net.conv1
         self.bn1 = net.bn1

@@ -46,6 +46,13 @@ class MaskedBatchNorm(nn.Module):
     """A drop-in for BatchNorm1d/2d/3d (same parameters, buffers and state-dict keys) with masked batch
     statistics and functional running-stat updates (see the module docstring)."""
 
+    # Registered only when the wrapped layer has them (affine; track_running_stats), as in torch.
+    weight: nn.Parameter
+    bias: nn.Parameter
+    running_mean: torch.Tensor
+    running_var: torch.Tensor
+    num_batches_tracked: torch.Tensor
+
     def __init__(self, bn: nn.modules.batchnorm._BatchNorm, name: str) -> None:
         super().__init__()
         self.num_features, self.eps, self.momentum = bn.num_features, bn.eps, bn.momentum
@@ -78,18 +85,18 @@ class MaskedBatchNorm(nn.Module):
                 self._record(ctx, mean, var * (n / max(n - 1, 1)))
             return y
         if use_batch:
-            if ctx is None:
+            if ctx is None or ctx.mask is None:  # a None mask with a context returned above
                 raise RuntimeError("MaskedBatchNorm needs a BatchNormContext (use FunctionalModel.forward)")
             dims = [0] + list(range(2, x.dim()))
             w = ctx.mask.to(x.dtype).reshape([-1] + [1] * (x.dim() - 1))
             per_sample = x[0].numel() // x.shape[1]  # spatial positions per sample and channel
-            n = (w.sum() * per_sample).clamp_min(1.0)
-            mean = (x * w).sum(dims) / n
+            count = (w.sum() * per_sample).clamp_min(1.0)
+            mean = (x * w).sum(dims) / count
             centred = x - mean.reshape(shape)
-            var = (centred * centred * w).sum(dims) / n
+            var = (centred * centred * w).sum(dims) / count
             y = centred / torch.sqrt(var + self.eps).reshape(shape)
             if self.training and self.track_running_stats:
-                self._record(ctx, mean.detach(), (var * n / (n - 1).clamp_min(1.0)).detach())
+                self._record(ctx, mean.detach(), (var * count / (count - 1).clamp_min(1.0)).detach())
         else:
             y = (x - self.running_mean.reshape(shape)) / torch.sqrt(self.running_var + self.eps).reshape(shape)
         if self.affine:

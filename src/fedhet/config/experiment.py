@@ -1,0 +1,71 @@
+"""The top level of a config: `ExperimentConfig`, one method on one dataset with one model, and its sections."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedhet.config.sections import (
+    DataConfig,
+    EvalConfig,
+    ModelConfig,
+    RunConfig,
+    ServerConfig,
+    TrainConfig,
+    _check,
+)
+
+
+@dataclass
+class ExperimentConfig:
+    """One experiment: a method on a dataset with a model, for `rounds` rounds from `seed`."""
+
+    name: str = "experiment"
+    method: str = "fedavg"
+    method_args: dict[str, Any] = field(default_factory=dict)
+    label: str = ""  # name of this variant in run dirs and report columns (e.g. an ablation); default: method
+    seed: int = 0
+    rounds: int = 50
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    sweep: dict[str, Any] = field(default_factory=dict)  # methods / seeds / datasets for `fedhet sweep`
+    imports: list[str] = field(default_factory=list)  # plugin modules / .py files, imported by validate()
+
+    def validate(self) -> None:
+        if self.imports:  # first: they may register the dataset, model or method named below
+            from fedhet.plugins import import_plugins
+
+            import_plugins(self.imports)
+        _check(self.rounds >= 1, f"rounds must be >= 1, got {self.rounds}")
+        _check(re.fullmatch(r"[A-Za-z0-9_.+-]*", self.label) is not None,
+               f"label may hold only letters, digits and _ . + - (it names a folder), got {self.label!r}")
+        _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        for section in (self.data, self.train, self.server, self.eval, self.run):
+            section.validate()
+        if self.data.options:
+            from fedhet.data.registry import check_options
+
+            check_options(self.data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_plain(dataclasses.asdict(self))
+
+    @property
+    def variant(self) -> str:
+        """The label shown in run dirs and reports: `label` when set, else the method name."""
+        return self.label or self.method
+
+
+def _to_plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_to_plain(v) for v in obj]
+    return obj
+

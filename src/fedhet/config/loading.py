@@ -1,0 +1,118 @@
+"""Reading a config: YAML files with their `extends` chain, `key=value` overrides, then typed and validated."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, get_origin, get_type_hints
+
+from fedhet.config.experiment import ExperimentConfig
+from fedhet.config.typed import from_dict
+from fedhet.errors import ConfigError
+from fedhet.yaml_input import load_yaml, read_text
+
+
+def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set tree['a']['b'] = value for dotted key 'a.b', creating mappings on the way."""
+    keys = dotted.split(".")
+    node = tree
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override '{dotted}': '{key}' is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def _check_override_path(dotted: str) -> None:
+    """Every dotted part but the last must name a section (a dataclass or a mapping), e.g. not `rounds.x`."""
+    tp: Any = ExperimentConfig
+    keys = dotted.split(".")
+    for i, key in enumerate(keys[:-1]):
+        if not dataclasses.is_dataclass(tp):
+            return  # a free-form mapping (method_args, model.args, sweep): anything goes
+        hints = get_type_hints(tp)
+        if key not in hints:
+            return  # from_dict names the unknown key and the nearest valid one
+        tp = hints[key]
+        if not dataclasses.is_dataclass(tp) and get_origin(tp) is not dict and tp not in (dict, Any):
+            where = ".".join(keys[: i + 1])
+            raise ConfigError(f"override '{dotted}': '{where}' is not a section but a single value; "
+                              f"write {where}=VALUE")
+
+
+def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
+    """Parse `key=value` strings; values are read as YAML scalars (so `lr=0.1` is a float).
+
+    An empty key part (`=1`, `train..lr=1`) or a value that is not valid YAML is a ConfigError. A key may repeat
+    here (the last one wins, so lists of overrides compose in code); the command line refuses a repeated key
+    (`fedhet.cli_args.check_repeated_overrides`).
+    """
+    parsed: list[tuple[str, Any]] = []
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not of the form key=value (e.g. train.lr=0.05)")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not all(key.split(".")):
+            raise ConfigError(f"override '{item}' has an empty key or an empty part between dots; "
+                              "write section.key=value, e.g. train.lr=0.05")
+        value = load_yaml(raw, f"the value of override '{item}'",
+                          fix="quote it for a plain string, e.g. 'name=\"a: b\"'") if raw != "" else None
+        parsed.append((key, value))
+    return parsed
+
+
+def _read_config_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    """The YAML mapping of `path` with its `extends` chain resolved (base first, then this file).
+
+    An empty file (nothing but blanks or comments) is an error: `{}` says "the built-in defaults" explicitly.
+    """
+    where = f" (extended by '{seen[-1]}')" if seen else ""
+    if not path.exists():
+        raise ConfigError(f"config file '{path}'{where} not found; see configs/ for examples")
+    if path.resolve() in seen:
+        raise ConfigError(f"config file '{path}' extends itself through: {' -> '.join(map(str, seen))}")
+    loaded = load_yaml(read_text(path, "config file"), f"config file '{path}'{where}")
+    if loaded is None:
+        raise ConfigError(f"config file '{path}'{where} is empty (no keys, only blanks or comments); put the "
+                          "settings in it (see configs/ for examples), or write {} to run the built-in defaults")
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file '{path}' must hold a mapping at the top level")
+    parent = loaded.pop("extends", None)
+    if parent is None:
+        return loaded
+    if not isinstance(parent, str):
+        raise ConfigError(f"config file '{path}': extends must be a file path, got {parent!r}")
+    tree = _read_config_tree(path.parent / parent, (*seen, path.resolve()))
+    deep_merge(tree, loaded)
+    return tree
+
+
+def deep_merge(tree: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Merge `extra` into `tree`: nested dicts key by key, anything else replaced."""
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(tree.get(key), dict):
+            deep_merge(tree[key], value)
+        else:
+            tree[key] = value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                base: dict[str, Any] | None = None) -> ExperimentConfig:
+    """Read a YAML config (or start from `base`), apply overrides, validate and return it.
+
+    A file may start from another one with `extends: <path relative to this file>`: the other file is read
+    first (it may extend a third) and this file's values are merged into it key by key, so a table's config
+    names only what differs from its base (e.g. `sweep`).
+    """
+    parsed = parse_overrides(overrides or [])  # a malformed override is reported before the file is read
+    tree: dict[str, Any] = dict(base or {})
+    if path is not None:
+        deep_merge(tree, _read_config_tree(Path(path), ()))
+    for key, value in parsed:
+        _check_override_path(key)
+        set_path(tree, key, value)
+    cfg = from_dict(ExperimentConfig, tree)
+    cfg.validate()
+    return cfg

@@ -1,0 +1,181 @@
+"""The config sections below the top level (`data`, `model`, `train`, `server`, `eval`, `run`): each a dataclass
+with defaults and a `validate()` that rejects bad values with a ConfigError before any training starts."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedhet.errors import ConfigError, nearest
+
+LOCAL_OPTIMIZERS = ("sgd", "adam", "adamw")
+RUNTIMES = ("inprocess", "batched", "flower", "flower-simulation")
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+@dataclass
+class DataConfig:
+    """Which data, how it is split into clients, and how each client's data is split and transformed."""
+
+    dataset: str = "offline_digits"
+    root: str | None = None  # data root; default: $FEDHET_DATA
+    domains: list[str] | None = None  # subset of the dataset's domains (default: all)
+    partition: str = "domain"  # domain | dirichlet | pathological | quantity | iid
+    clients_per_domain: int = 1  # `domain` partition: split each domain IID into this many clients
+    num_clients: int = 4  # label-skew / iid / quantity partitions
+    alpha: float = 0.5  # Dirichlet concentration for label skew
+    classes_per_client: int = 2  # pathological partition
+    quantity_alpha: float = 1.0  # Dirichlet concentration over client sizes (quantity skew)
+    fraction: float = 1.0  # fraction of each client's training data kept (FRAug: 0.1, Digits 0.01)
+    min_train_per_client: int = 0  # lower bound on kept training samples after `fraction`
+    max_train_per_client: int | None = None  # cap on kept training samples per client (stratified)
+    val_fraction: float = 0.0  # share of each client's training pool held out for validation
+    test_fraction: float = 0.2  # share held out for test when the dataset has no official test split
+    max_test_per_client: int | None = None  # cap on each client's test split (None: all)
+    image_size: int | None = None  # resize side; None: the dataset's default
+    augment: bool = True  # train-time augmentation (FRAug appendix, Table 1)
+    input_noise_std: float = 0.0  # Gaussian noise added to training inputs (FRAug Table 6)
+    download: bool = False  # allow downloads (torchvision / HF hub) when a dataset is missing
+    options: dict[str, Any] = field(default_factory=dict)  # dataset-specific settings (imagefolder, csv)
+    # Digits only, default None (each source's official train/test split). Set: FedBN's protocol for every seed,
+    # i.e. each domain's train+test pooled and split 80/20 stratified once, and int(743.8 * 10 * p) training
+    # images per domain (FedBN's `--percent`: 0.1 -> 743, 0.01 -> 74; FRAug's Digits uses 0.01).
+    fedbn_percent: float | None = None
+    # heart_disease only, default "flamby": FLamby's Fed-Heart-Disease (740 complete rows, slope/ca/thal dropped,
+    # cp/restecg one-hot, one fixed 66/34 split per hospital for every seed; test_fraction unused);
+    # "uci13": all 920 rows and 13 columns, mean-imputed, split per seed with test_fraction.
+    heart_preprocessing: str = "flamby"
+    # feature datasets only, default None: the dataset's own normaliser (office_caltech10_surf: log_l2,
+    # heart_disease: impute_standardize). log_l2 | l1_zscore (per-sample L1, then per-feature z-score fitted on
+    # the client's training split, i.e. per domain) | impute_standardize | none.
+    feature_norm: str | None = None
+
+    def validate(self) -> None:
+        _check(0.0 < self.fraction <= 1.0, f"data.fraction must be in (0, 1], got {self.fraction}")
+        _check(self.alpha > 0, f"data.alpha must be > 0, got {self.alpha}")
+        _check(self.quantity_alpha > 0, f"data.quantity_alpha must be > 0, got {self.quantity_alpha}")
+        _check(self.clients_per_domain >= 1, "data.clients_per_domain must be >= 1")
+        _check(self.max_train_per_client is None or self.max_train_per_client >= 1,
+               "data.max_train_per_client must be >= 1")
+        _check(self.num_clients >= 1, "data.num_clients must be >= 1")
+        _check(self.classes_per_client >= 1, "data.classes_per_client must be >= 1")
+        _check(0.0 <= self.val_fraction < 1.0, f"data.val_fraction must be in [0, 1), got {self.val_fraction}")
+        _check(0.0 < self.test_fraction < 1.0, f"data.test_fraction must be in (0, 1), got {self.test_fraction}")
+        _check(self.input_noise_std >= 0, "data.input_noise_std must be >= 0")
+        _check(self.image_size is None or self.image_size >= 8, "data.image_size must be >= 8")
+
+    def resolved_root(self) -> Path | None:
+        """The data root: `root` if set, else $FEDHET_DATA, else None (only built-in data is available)."""
+        root = self.root or os.environ.get("FEDHET_DATA")
+        return Path(root).expanduser() if root else None
+
+
+@dataclass
+class ModelConfig:
+    """The network: a registry name plus constructor arguments."""
+
+    name: str = "small_cnn"
+    args: dict[str, Any] = field(default_factory=dict)
+    pretrained: bool = False
+
+
+@dataclass
+class TrainConfig:
+    """Local training on each client."""
+
+    local_epochs: int = 1
+    local_steps: int | None = None  # if set, overrides local_epochs: this many mini-batches per round
+    batch_size: int = 32
+    optimizer: str = "sgd"  # sgd | adam | adamw (decoupled weight decay, Loshchilov & Hutter)
+    lr: float = 0.01
+    momentum: float = 0.5
+    weight_decay: float = 0.0
+    grad_clip: float | None = None
+    persist_optimizer: bool = False  # keep local optimizer state (momentum) across rounds
+
+    def validate(self) -> None:
+        _check(self.lr > 0, f"train.lr must be > 0, got {self.lr}")
+        _check(self.local_epochs >= 1, f"train.local_epochs must be >= 1, got {self.local_epochs}")
+        _check(self.local_steps is None or self.local_steps >= 1, "train.local_steps must be >= 1")
+        _check(self.batch_size >= 1, f"train.batch_size must be >= 1, got {self.batch_size}")
+        _check(0.0 <= self.momentum < 1.0, f"train.momentum must be in [0, 1), got {self.momentum}")
+        _check(self.weight_decay >= 0, "train.weight_decay must be >= 0")
+        _check(self.optimizer in LOCAL_OPTIMIZERS, f"train.optimizer must be one of {', '.join(LOCAL_OPTIMIZERS)}"
+               f"{nearest(self.optimizer, LOCAL_OPTIMIZERS)}, got '{self.optimizer}'")
+        _check(self.grad_clip is None or self.grad_clip > 0, "train.grad_clip must be > 0")
+
+
+@dataclass
+class ServerConfig:
+    """Client sampling and aggregation (FedAvg; FedAvgM / FedAdam via the server optimizer)."""
+
+    fraction_fit: float = 1.0  # fraction of clients sampled per round (seeded)
+    min_fit_clients: int = 1
+    aggregation: str = "weighted"  # weighted (by sample count) | uniform
+    optimizer: str = "sgd"  # server optimizer on the pseudo-gradient: sgd (FedAvg/FedAvgM) | adam (FedAdam)
+    lr: float = 1.0
+    momentum: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.99)
+    eps: float = 1e-3  # FedAdam's tau (Reddi et al. 2021)
+    # Flower runtimes only (the in-process runtime has no lost or failed replies); see docs/flower.md "Faults"
+    min_fit_fraction: float = 1.0  # share of the sampled clients whose fit replies must arrive valid, else stop
+    min_evaluate_fraction: float | None = None  # the same for evaluation replies (None: min_fit_fraction)
+    reply_timeout: float = 3600.0  # seconds to wait for the replies of one message wave (train / evaluate)
+
+    def validate(self) -> None:
+        _check(0.0 < self.fraction_fit <= 1.0, f"server.fraction_fit must be in (0, 1], got {self.fraction_fit}")
+        _check(0.0 < self.min_fit_fraction <= 1.0,
+               f"server.min_fit_fraction must be in (0, 1], got {self.min_fit_fraction}")
+        _check(self.min_evaluate_fraction is None or 0.0 < self.min_evaluate_fraction <= 1.0,
+               f"server.min_evaluate_fraction must be in (0, 1] or null, got {self.min_evaluate_fraction}")
+        _check(self.reply_timeout > 0, f"server.reply_timeout must be > 0 seconds, got {self.reply_timeout}")
+        _check(self.aggregation in ("weighted", "uniform"), "server.aggregation must be weighted or uniform")
+        _check(self.optimizer in ("sgd", "adam"), "server.optimizer must be sgd or adam")
+        _check(self.lr > 0, f"server.lr must be > 0, got {self.lr}")
+        _check(0.0 <= self.momentum < 1.0, "server.momentum must be in [0, 1)")
+        _check(self.min_fit_clients >= 1, "server.min_fit_clients must be >= 1")
+
+
+@dataclass
+class EvalConfig:
+    """When and on what the clients' deployed models are evaluated."""
+
+    every: int = 1
+    pooled_test: bool = False  # also evaluate on the union of all clients' test splits
+    val: bool = False  # also evaluate on the validation splits
+
+    def validate(self) -> None:
+        _check(self.every >= 1, f"eval.every must be >= 1, got {self.every}")
+
+
+@dataclass
+class RunConfig:
+    """Where results go and how the run is executed."""
+
+    out_dir: str = "runs"
+    checkpoint_every: int = 10
+    device: str = "auto"  # cpu | cuda | auto
+    runtime: str = "inprocess"
+    num_threads: int | None = None  # torch intra-op and BLAS threads (None: the libraries' defaults)
+    quiet: bool = False
+    # runtime `batched` (docs/runtimes_batched.md): clients per vectorized chunk, and the memory budget of a chunk
+    batched_max_clients: int | None = None  # None: as many as the memory budget allows
+    batched_memory_mb: float | None = None  # None: 70% of free CUDA memory, or 25% of RAM on CPU
+
+    def validate(self) -> None:
+        _check(self.checkpoint_every >= 1, "run.checkpoint_every must be >= 1")
+        _check(self.batched_max_clients is None or self.batched_max_clients >= 1,
+               "run.batched_max_clients must be >= 1")
+        _check(self.batched_memory_mb is None or self.batched_memory_mb > 0, "run.batched_memory_mb must be > 0")
+        _check(self.runtime in RUNTIMES,
+               f"run.runtime must be one of {', '.join(RUNTIMES)}{nearest(self.runtime, RUNTIMES)}, "
+               f"got '{self.runtime}'")
+        _check(self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:"),
+               f"run.device must be cpu, cuda or auto, got '{self.device}'")
+
