@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,8 +36,8 @@ FASHION_SRC = ("Xiao, Rasul & Vollgraf 2017, https://github.com/zalandoresearch/
                "*-ubyte.gz files); on Debian/Ubuntu: apt-get install dataset-fashion-mnist (installs them into "
                f"{DEBIAN_DIR}, used automatically)")
 FASHION_LAYOUT = "fashion_mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
-               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+_IDX_DTYPES: dict[int, np.dtype[Any]] = {0x08: np.dtype(np.uint8), 0x09: np.dtype(np.int8), 0x0B: np.dtype(">i2"),
+                                         0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -48,7 +49,7 @@ def read_idx(path: Path) -> np.ndarray:
         raw = path.read_bytes()
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
         raise DatasetNotFoundError(f"{path} is not an IDX file (bad magic number)")
-    dtype, ndim = np.dtype(_IDX_DTYPES[raw[2]]), raw[3]
+    dtype, ndim = _IDX_DTYPES[raw[2]], raw[3]
     shape = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
     offset = 4 + 4 * ndim
     expected = offset + int(np.prod(shape)) * dtype.itemsize

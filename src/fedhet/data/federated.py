@@ -121,7 +121,10 @@ def _pools(data: dict[str, DomainData], test_fraction: float, seed: int) -> tupl
 
 
 def _concat(pools: list[_Pool]) -> _Pool:
-    sources, src, loc, lab = [], [], [], []
+    sources: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+    src: list[np.ndarray] = []
+    loc: list[np.ndarray] = []
+    lab: list[np.ndarray] = []
     for p in pools:
         src.append(p.src + len(sources))
         sources += p.sources

@@ -97,14 +97,14 @@ def read_isic_split(path: Path, center: int) -> tuple[list[tuple[str, int]], lis
 
 def load_square_image(path: Path, size: int) -> np.ndarray:
     """One image -> uint8 size x size x 3: centre crop to a square, then bilinear resize."""
-    with Image.open(path) as img:
-        img = img.convert("RGB")
+    with Image.open(path) as file:
+        img = file.convert("RGB")
         w, h = img.size
         s = min(w, h)
         left, top = (w - s) // 2, (h - s) // 2
         img = img.crop((left, top, left + s, top + s))
         if img.size != (size, size):
-            img = img.resize((size, size), Image.BILINEAR)
+            img = img.resize((size, size), Image.Resampling.BILINEAR)
         return np.asarray(img, dtype=np.uint8)
 
 
@@ -125,7 +125,7 @@ def _read_images(images: Path, rows: list[tuple[str, int]], size: int, domain: s
 def load_isic_domain(ctx: LoadContext, domain: str) -> DomainData:
     """One Fed-ISIC2019 centre (`center_<k>`) with FLamby's official train/test split."""
     center = ISIC_DOMAINS.index(domain)
-    looked: list[Path] = []
+    looked: list[Path | str] = []
     base = None
     if ctx.root is not None:
         for folder in ISIC_FOLDERS:

@@ -6,9 +6,10 @@ import copy
 import itertools
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
@@ -16,6 +17,9 @@ from fedhet.config import ExperimentConfig, deep_merge, from_dict
 from fedhet.engine.loop import run_dir_for, run_experiment
 from fedhet.engine.rundir import RunDirectory
 from fedhet.errors import ConfigError, nearest, unknown_choice
+
+if TYPE_CHECKING:
+    from fedhet.models.base import SplitModel
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +135,7 @@ def check_plan(plan: SweepPlan, prefix: bool = True) -> list[tuple[ExperimentCon
                         cfg.server))
             if shape is not None and key not in built:
                 model = build_model(cfg.model.name, len(spec.classes), shape, pretrained=False, **cfg.model.args)
-                cls(params, lambda m=model: m, cfg.train, cfg.server, len(spec.classes), torch.device("cpu"))
+                cls(params, _factory(model), cfg.train, cfg.server, len(spec.classes), torch.device("cpu"))
                 built.add(key)
         except ConfigError as err:
             if not prefix:
@@ -139,6 +143,11 @@ def check_plan(plan: SweepPlan, prefix: bool = True) -> list[tuple[ExperimentCon
             raise ConfigError(f"sweep run {cfg.variant} seed {cfg.seed} ({cfg.data.dataset}): {err}") from err
         checked.append((cfg, run_status(run_dir_for(cfg), cfg.rounds)))
     return checked
+
+
+def _factory(model: SplitModel) -> Callable[[], SplitModel]:
+    """A model factory that returns `model` (bound now, not at call time)."""
+    return lambda: model
 
 
 def run_sweep(plan: SweepPlan, progress: bool = True) -> list[Path]:

@@ -113,9 +113,9 @@ def _ldp_beta(a: np.ndarray, d: np.ndarray) -> np.ndarray:
     g = np.vstack([l_inv_t, d @ l_inv_t])  # (K+1, K): constraints G z >= h
     h = np.zeros(k + 1)
     h[-1] = 1.0
-    e = np.vstack([g.T, h])  # (K+1, K+1): LDP -> NNLS (Lawson & Hanson, Alg. 23.27)
-    u, _ = scipy.optimize.nnls(e, h, maxiter=50 * (k + 1))
-    r = e @ u - h
+    e_mat = np.vstack([g.T, h])  # (K+1, K+1): E of LDP -> NNLS (Lawson & Hanson, Alg. 23.27)
+    u, _ = scipy.optimize.nnls(e_mat, h, maxiter=50 * (k + 1))
+    r = e_mat @ u - h
     if not np.all(np.isfinite(r)) or abs(r[-1]) < 1e-14:
         raise BetaQPError("beta QP: least-distance program reported infeasible")
     return l_inv_t @ (-r[:k] / r[-1])
