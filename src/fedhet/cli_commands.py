@@ -1,0 +1,180 @@
+"""The handlers of the `fedhet` subcommands: each takes the parsed arguments and returns the exit code.
+
+Heavy modules (torch, the engine, Flower) are imported inside the handlers, so `fedhet --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from fedhet.cli_args import check_stop_after, config_and_overrides, csv_list
+from fedhet.errors import FedhetError
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from fedhet.config import load_config
+    from fedhet.engine.loop import run_experiment
+    from fedhet.engine.sweep import SweepPlan, check_plan
+
+    check_stop_after(args.stop_after)
+    cfg = load_config(*config_and_overrides(args))
+    if args.quiet:
+        cfg.run.quiet = True
+    check_plan(SweepPlan([cfg]), prefix=False)  # method, method_args, dataset and model names: before any write
+    allowed = tuple(k for text in args.allow_config_change or [] for k in csv_list(text, "--allow-config-change") or [])
+    result = run_experiment(cfg, args.run_dir, resume=args.resume, stop_after=args.stop_after,
+                            progress=not args.quiet, overwrite=args.overwrite, allow_changes=allowed)
+    _print_final(result.final)
+    _print_config_changes(result.summary.get("config_changes", []))
+    print(f"results: {result.run_dir}")
+    return 0
+
+
+def _print_config_changes(changes: list[dict[str, Any]]) -> None:
+    """The changes accepted on resume (extended rounds, --allow-config-change), as summary.json records them."""
+    from fedhet.engine.loop import ROUNDS_NOTE
+
+    for c in changes:
+        note = ROUNDS_NOTE if c["key"] == "rounds" else ""
+        print(f"config change at the resume after round {c['round']}: {c['key']} {c['old']!r} -> {c['new']!r}{note}")
+
+
+def _print_final(final: dict[str, dict[str, float]]) -> None:
+    if not final:
+        return
+    print(f"{'client':<16} {'accuracy':>9} {'bal.acc':>9} {'loss':>8}")
+    for name, m in final.items():
+        print(f"{name:<16} {100 * m['accuracy']:>8.2f}% {100 * m['balanced_accuracy']:>8.2f}% {m['loss']:>8.4f}")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from fedhet.config import load_config
+    from fedhet.engine.loop import run_dir_for
+    from fedhet.engine.sweep import check_plan, plan_sweep, run_sweep
+    from fedhet.outpaths import check_output_dir
+    from fedhet.report import write_report
+
+    methods, seeds = csv_list(args.methods, "--methods"), csv_list(args.seeds, "--seeds", int)
+    datasets = csv_list(args.datasets, "--datasets")
+    cfg = load_config(args.config, args.overrides)
+    if args.quiet:
+        cfg.run.quiet = True
+    plan = plan_sweep(cfg, methods, seeds, datasets)
+    checked = check_plan(plan)  # every run valid before any is trained
+    if args.check:
+        for one, status in checked:
+            print(f"{status:<9} {one.variant:<24} seed {one.seed:<3} {one.data.dataset:<20} {run_dir_for(one)}")
+        counts = {s: sum(1 for _, st in checked if st == s) for s in ("finished", "resume", "new")}
+        print(f"{len(checked)} runs valid: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        return 0
+    out = Path(args.report_dir) if args.report_dir else Path(cfg.run.out_dir) / cfg.name / "report"
+    check_output_dir(out, "--report-dir" if args.report_dir else "the sweep's report folder")
+    run_dirs = run_sweep(plan, progress=not args.quiet)
+    paths = write_report(run_dirs, out)
+    print(paths.markdown.read_text())
+    print(f"report: {out}")
+    return 0
+
+
+def _load_reference(path: str | None) -> dict[str, Any] | None:
+    """Published numbers to print beside the measured ones: YAML {client: {method: [mean, std]}}."""
+    if path is None:
+        return None
+    from fedhet.yaml_input import load_yaml, read_text
+
+    ref_path = Path(path)
+    if not ref_path.is_file():
+        raise FedhetError(f"reference file '{path}' not found (see configs/paper/ for examples)")
+    data = load_yaml(read_text(ref_path, "reference file"), f"reference file '{path}'")
+    if not isinstance(data, dict):
+        raise FedhetError(f"reference file '{path}' must map client -> method -> [mean, std]")
+    return data
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from fedhet.outpaths import check_output_dir
+    from fedhet.report import write_report
+
+    check_output_dir(Path(args.out), "--out")
+    paths = write_report([Path(p) for p in args.run_dirs], Path(args.out), reference=_load_reference(args.reference))
+    print(paths.markdown.read_text())
+    print(f"report: {args.out}")
+    return 0
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from fedhet.config import load_config
+    from fedhet.data import build_federated_data, dataset_info, list_datasets
+
+    if args.action == "list":
+        for name in list_datasets():
+            print(f"{dataset_info(name)}\n")
+        return 0
+    if args.plot:
+        from fedhet.outpaths import check_plot_file
+
+        check_plot_file(Path(args.plot))
+    cfg = load_config(*config_and_overrides(args))
+    data = build_federated_data(cfg.data, cfg.seed)
+    print(data.describe())
+    if args.plot:
+        from fedhet.data.show import plot_partition
+
+        print(f"plot: {plot_partition(data, Path(args.plot))}")
+    return 0
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    from fedhet.algorithms import ALGORITHMS
+
+    for name in ALGORITHMS.names():
+        cls = ALGORITHMS.get(name)
+        doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()[0]
+        print(f"{name:<14} {doc}")
+    return 0
+
+
+def cmd_flower(args: argparse.Namespace) -> int:
+    """Flower runtime: simulate (simulation engine), deploy (local SuperLink + SuperNodes), app (App folder)."""
+    from fedhet.config import load_config
+    from fedhet.engine.loop import run_dir_for
+    from fedhet.runtimes.flower import require_flower
+
+    require_flower()
+    check_stop_after(args.stop_after)
+    if args.action == "worker":
+        from fedhet.runtimes.flower.worker import Worker
+
+        if not args.socket:
+            raise FedhetError("fedhet flower worker needs --socket PATH (the path the SuperNode's node config names "
+                              "as fedhet-worker)")
+        Worker(args.socket).serve()
+        return 0
+    cfg = load_config(*config_and_overrides(args))
+    run_dir = Path(args.run_dir) if args.run_dir else run_dir_for(cfg)
+    if args.action == "simulate":
+        from fedhet.runtimes.flower.simulation import run_flower_simulation
+
+        _print_final(run_flower_simulation(cfg, run_dir, num_cpus=args.num_cpus, cpus_per_client=args.cpus_per_client,
+                                           progress=not args.quiet, resume=args.resume,
+                                           stop_after=args.stop_after).final)
+    elif args.action == "deploy":
+        from fedhet.runtimes.flower.deploy import deploy_experiment
+
+        deploy_experiment(cfg, run_dir, workdir=args.workdir, port=args.port, resume=args.resume,
+                          stop_after=args.stop_after, tls_dir=args.tls_dir, workers=not args.no_workers)
+    else:
+        from fedhet.runtimes.flower.deploy import write_flower_app
+
+        config = cfg.to_dict()
+        config["run"]["runtime"] = "flower"
+        app = write_flower_app(args.workdir or "flower-app", config, run_dir, resume=args.resume,
+                               stop_after=args.stop_after or 0)
+        print(f"Flower App: {app}\nrun it with: flwr run {app} <superlink-connection> --stream")
+        return 0
+    print(f"results: {run_dir}")
+    return 0
+

@@ -1,0 +1,121 @@
+"""The `fedhet` command line: one argparse subparser per subcommand, and `parse_args`, which also accepts
+`key=value` overrides after flags."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from fedhet.cli_args import DEBUG_FLAGS, Parser, check_repeated_overrides, place_extras
+from fedhet.cli_commands import cmd_data, cmd_flower, cmd_methods, cmd_report, cmd_run, cmd_sweep
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    Subparsers: TypeAlias = argparse._SubParsersAction[Parser]  # what `add_subparsers` returns
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="fedhet", description="Federated learning under data heterogeneity.")
+    parser.add_argument(*DEBUG_FLAGS, dest="verbose", action="store_true",
+                        help="debug logging, and the traceback of any error")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_run, _add_sweep, _add_report, _add_data, _add_flower):
+        add(sub)
+    methods = sub.add_parser("methods", help="list the registered methods")
+    methods.set_defaults(func=cmd_methods)
+    for command in sub.choices.values():  # -v / --debug also after the subcommand
+        command.add_argument(*DEBUG_FLAGS, dest="verbose", action="store_true", default=argparse.SUPPRESS,
+                             help="debug logging, and the traceback of any error")
+    return parser
+
+
+def _add_run(sub: Subparsers) -> None:
+    """`fedhet run CONFIG [key=value ...]`: one experiment."""
+    run = sub.add_parser("run", help="run one experiment: fedhet run CONFIG [key=value ...]")
+    run.add_argument("config", nargs="?", help="YAML config (default: built-in defaults)")
+    run.add_argument("overrides", nargs="*", help="config overrides, e.g. method=fedbn train.lr=0.05")
+    run.add_argument("--resume", action="store_true",
+                     help="continue from the run's latest checkpoint (also to extend it: a larger rounds=)")
+    run.add_argument("--allow-config-change", action="append", metavar="KEY[,KEY...]",
+                     help="with --resume: accept these results-relevant keys differing from the checkpoint's "
+                          "(e.g. train.lr after a NaN loss); recorded in summary.json")
+    run.add_argument("--overwrite", action="store_true", help="start the run again over an existing checkpoint")
+    run.add_argument("--run-dir", default=None, help="where to write results (default: runs/NAME/...)")
+    run.add_argument("--stop-after", type=int, default=None, help="stop (with a checkpoint) after this round")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(func=cmd_run)
+
+
+def _add_sweep(sub: Subparsers) -> None:
+    """`fedhet sweep CONFIG`: methods x seeds x datasets."""
+    sweep = sub.add_parser("sweep", help="methods x seeds x datasets; finished runs are skipped")
+    sweep.add_argument("config")
+    sweep.add_argument("overrides", nargs="*")
+    sweep.add_argument("--methods", help="comma-separated (default: the config's sweep.methods)")
+    sweep.add_argument("--seeds", help="comma-separated (default: the config's sweep.seeds)")
+    sweep.add_argument("--datasets", help="comma-separated (default: the config's sweep.datasets)")
+    sweep.add_argument("--report-dir", default=None)
+    sweep.add_argument("--check", action="store_true",
+                       help="validate every planned run (method args, dataset, model names) and list its status; "
+                            "runs nothing")
+    sweep.add_argument("-q", "--quiet", action="store_true")
+    sweep.set_defaults(func=cmd_sweep)
+
+
+def _add_report(sub: Subparsers) -> None:
+    """`fedhet report RUN_DIR ...`: tables and curves."""
+    report = sub.add_parser("report", help="paper-style table (Markdown, CSV) and learning curves")
+    report.add_argument("run_dirs", nargs="+", help="run directories or folders containing them")
+    report.add_argument("--out", default="report")
+    report.add_argument("--reference", default=None, help="YAML of published numbers to show side by side")
+    report.set_defaults(func=cmd_report)
+
+
+def _add_data(sub: Subparsers) -> None:
+    """`fedhet data list | show`."""
+    data = sub.add_parser("data", help="list datasets, or show a partition")
+    data.add_argument("action", choices=["list", "show"])
+    data.add_argument("config", nargs="?")
+    data.add_argument("overrides", nargs="*")
+    data.add_argument("--plot", default=None, help="write a PNG of the partition here")
+    data.set_defaults(func=cmd_data)
+
+
+def _add_flower(sub: Subparsers) -> None:
+    """`fedhet flower simulate | deploy | app | worker`."""
+    flower = sub.add_parser("flower", help="run on Flower: simulate | deploy (local SuperLink + SuperNodes) | app | "
+                                           "worker (a SuperNode's long-lived fedhet worker)")
+    flower.add_argument("action", choices=["simulate", "deploy", "app", "worker"])
+    flower.add_argument("config", nargs="?")
+    flower.add_argument("overrides", nargs="*")
+    flower.add_argument("--run-dir", default=None, help="where the ServerApp writes results (default: runs/NAME/...)")
+    flower.add_argument("--workdir", default=None, help="deploy: Flower logs and FLWR_HOME; app: the App folder")
+    flower.add_argument("--port", type=int, default=None, help="deploy: SuperLink port (default: a free one)")
+    flower.add_argument("--num-cpus", type=int, default=None, help="simulate: CPUs given to Ray")
+    flower.add_argument("--cpus-per-client", type=float, default=1.0,
+                        help="simulate: CPUs reserved per ClientApp actor (actors = num-cpus / this)")
+    flower.add_argument("--resume", action="store_true", help="simulate / deploy: continue from the run's checkpoint")
+    flower.add_argument("--stop-after", type=int, default=None, help="stop (with a checkpoint) after this round")
+    flower.add_argument("--tls-dir", default=None,
+                        help="deploy: TLS with DIR/ca.crt, server.pem, server.key (self-signed ones are written "
+                             "for 127.0.0.1 if DIR has none)")
+    flower.add_argument("--no-workers", action="store_true",
+                        help="deploy: no fedhet worker beside each SuperNode (every ClientApp process imports "
+                             "torch and builds the experiment itself; slower)")
+    flower.add_argument("--socket", default=None, help="worker: the Unix socket to serve on")
+    flower.add_argument("-q", "--quiet", action="store_true")
+    flower.set_defaults(func=cmd_flower)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; overrides may also come after flags (`run cfg.yaml --quiet rounds=3`)."""
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if hasattr(args, "overrides"):
+        args.overrides = list(args.overrides or [])
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    place_extras(args, extras, sub.choices[args.command]._option_string_actions)
+    if hasattr(args, "overrides"):
+        check_repeated_overrides([args.config or "", *args.overrides] if hasattr(args, "config") else args.overrides)
+    return args
