@@ -16,14 +16,16 @@ FRAug, so the only difference from FRAug is the augmentation; `local_bn=False`: 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedhet.algorithms.base import Algorithm, ClientContext
+from fedhet.algorithms.base import ModelAlgorithm
 from fedhet.algorithms.registry import register
-from fedhet.engine.params import BN_TYPES, keys_of_types
+from fedhet.core.contract import Work
+from fedhet.core.params import BN_TYPES, keys_of_types
 from fedhet.errors import ConfigError
 from fedhet.models import SplitModel
 
@@ -44,7 +46,7 @@ def sample_noise(shape: torch.Size | tuple[int, ...], distribution: str, gamma: 
 
 
 @register
-class EmbeddingNoise(Algorithm):
+class EmbeddingNoise(ModelAlgorithm):
     """The head is trained on real and on randomly perturbed embeddings."""
 
     name = "embnoise"
@@ -65,16 +67,18 @@ class EmbeddingNoise(Algorithm):
             if not self.gamma > 0:
                 raise ConfigError(f"embnoise: gamma must be > 0, got {self.gamma}")
 
-    def __init__(self, params: Params, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        self.params = params
+    def __init__(self, params: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(params, *args, **kwargs)
         self.personalized = bool(params.local_bn)  # type: ignore[misc]
 
     def shared_keys(self, model: nn.Module) -> set[str]:
+        """Everything but BatchNorm with `local_bn` (FedBN), else everything (FedAvg)."""
         keys = set(model.state_dict())
         return keys - keys_of_types(model, BN_TYPES) if self.params.local_bn else keys
 
-    def loss(self, model: SplitModel, x: torch.Tensor, y: torch.Tensor, ctx: ClientContext) -> torch.Tensor:
+    def loss(self, work: Work, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """CE on the real embeddings plus CE of the head on noisy, detached embeddings."""
+        model = cast(SplitModel, work.model)
         u = model.features(x)
         noisy = u.detach() + sample_noise(u.shape, self.params.distribution, self.params.gamma, u.device)
         return F.cross_entropy(model.head(u), y) + F.cross_entropy(model.head(noisy), y)

@@ -6,28 +6,27 @@ ICLR 2022, Algorithm 1): federated training of the body only, then personalizati
   Only the body (`model.features`) is trained locally and aggregated with FedAvg.
 - Every client starts from the same head: the seeded initial model's head (`new_model()` is built from the
   run's seed), which the server never has to send. It is kept as a local key, i.e. rebuilt from the initial
-  model by `assemble`; since it never changes, what `fit` stores for it equals the initial head.
+  model by `assemble`; since it never changes, what `finish` stores for it equals the initial head.
 - The deployed model is the global body + the initial head, fine-tuned on the client's own training split for
   `finetune_epochs` epochs (the paper fine-tunes the whole model, `finetune_part="all"`; `"head"` fine-tunes
-  only the head), with learning rate `finetune_lr` (default `train.lr`). The fine-tune machinery, its
-  BatchNorm and RNG choices and the guarantee that it changes neither the client state nor what is
-  communicated are those of `PFedAvg` (see fedhet.algorithms.pfedavg).
+  only the head), with learning rate `finetune_lr` (default `train.lr`), as the deployment's pass
+  (`Deployment.passes`). The fine-tune machinery, its BatchNorm and RNG choices and the guarantee that it
+  changes neither the client state nor what is communicated are those of `PFedAvg` (fedhet.algorithms.pfedavg).
 - If a head contained BatchNorm layers their running statistics would still move in train mode; the heads of
   the bundled models are plain linear layers.
 """
 
 from __future__ import annotations
 
-from torch import nn
-from torch.utils.data import Dataset
+import dataclasses
+from typing import cast
 
-from fedhet.algorithms.base import ClientContext, ClientState
+from torch import nn
+
 from fedhet.algorithms.pfedavg import PFedAvg
 from fedhet.algorithms.registry import register
-from fedhet.config import TrainConfig
-from fedhet.engine.local import TrainStats
-from fedhet.engine.messages import Message
-from fedhet.engine.params import frozen, keys_under
+from fedhet.core.contract import LocalPass, Work
+from fedhet.core.params import keys_under
 from fedhet.models import SplitModel
 
 
@@ -42,8 +41,7 @@ class FedBABU(PFedAvg):
         """The body only: the head is never trained during FL, so there is nothing to send."""
         return set(model.state_dict()) - keys_under(model, "head")
 
-    def local_train(self, model: SplitModel, msg: Message, state: ClientState, ctx: ClientContext,
-                    dataset: Dataset | None = None, train_cfg: TrainConfig | None = None) -> TrainStats:
-        """FedAvg's local SGD on the body; the head's parameters are frozen for the whole round."""
-        with frozen(model.head.parameters()):
-            return super().local_train(model, msg, state, ctx, dataset, train_cfg)
+    def passes(self, work: Work) -> list[LocalPass]:
+        """FedAvg's local SGD on the body; the head's parameters are frozen for the whole pass."""
+        head = tuple(cast(SplitModel, work.model).head.parameters())
+        return [dataclasses.replace(self.model_pass(work), frozen=head)]

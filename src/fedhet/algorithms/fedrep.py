@@ -9,9 +9,10 @@ Per round, each sampled client
   4. sends the body; the server averages bodies as FedAvg does. The deployed model is global body + own head.
 
 Choices where the paper is silent or that this implementation makes:
-- "Frozen" means the parameters are excluded from the optimizer (requires_grad=False); the model stays in train
-  mode in both phases, so BatchNorm running statistics in the body keep updating during the head phase too.
-  Every BatchNorm buffer of the body is shared, like its parameters.
+- "Frozen" means the parameters are excluded from the optimizer (requires_grad=False, the pass's
+  `LocalPass.frozen`); the model stays in train mode in both phases, so BatchNorm running statistics in the
+  body keep updating during the head phase too. Every BatchNorm buffer of the body is shared, like its
+  parameters.
 - The head phase always runs whole epochs (`train.local_steps` applies to the body phase only) with a fresh
   optimizer each round; `train.persist_optimizer` carries over only the body optimizer's state.
 - A client's head starts, before its first round, from the seeded initial model's head (same for everyone).
@@ -21,23 +22,22 @@ Choices where the paper is silent or that this implementation makes:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
+from typing import cast
 
 from torch import nn
-from torch.utils.data import Dataset
 
-from fedhet.algorithms.base import Algorithm, ClientContext, ClientState
+from fedhet.algorithms.base import ModelAlgorithm
 from fedhet.algorithms.registry import register
-from fedhet.config import TrainConfig
-from fedhet.engine.local import TrainStats, train_local
-from fedhet.engine.messages import Message
-from fedhet.engine.params import frozen, keys_under
+from fedhet.core.contract import LocalPass, OptimSpec, Work, minimize
+from fedhet.core.params import keys_under
 from fedhet.errors import ConfigError
 from fedhet.models import SplitModel
 
 
 @register
-class FedRep(Algorithm):
+class FedRep(ModelAlgorithm):
     """Personal head trained first (body frozen), then the shared body (head frozen)."""
 
     name = "fedrep"
@@ -57,20 +57,16 @@ class FedRep(Algorithm):
         """The body (features) is shared; every key under `head` is personal."""
         return set(model.state_dict()) - keys_under(model, "head")
 
-    def train_head(self, model: SplitModel, ctx: ClientContext, dataset: Dataset,
-                   train_cfg: TrainConfig | None = None) -> TrainStats | None:
-        """Phase 1: `head_epochs` epochs on the head, the body's parameters frozen."""
-        if self.params.head_epochs == 0:
-            return None
-        cfg = replace(train_cfg or self.train_cfg, local_epochs=self.params.head_epochs, local_steps=None)
-        with frozen(model.features.parameters()):
-            return train_local(model, dataset, cfg, ctx.device, loss_fn=lambda m, x, y: self.loss(m, x, y, ctx),
-                               where=f"{self.name} head, client {ctx.client_id} round {ctx.round}")
+    def head_pass(self, work: Work) -> LocalPass:
+        """Phase 1: `head_epochs` epochs on the head, the body's parameters frozen, a fresh optimizer."""
+        model = cast(SplitModel, work.model)
+        cfg = replace(self.train_cfg, local_epochs=self.params.head_epochs, local_steps=None)
+        spec = OptimSpec.from_train(list(model.parameters()), cfg, persist=False)
+        return LocalPass("head", minimize(lambda x, y: self.loss(work, x, y), "head"), {"head": spec}, cfg,
+                         modules=(model,), frozen=tuple(model.features.parameters()), report=False)
 
-    def local_train(self, model: SplitModel, msg: Message, state: ClientState, ctx: ClientContext,
-                    dataset: Dataset | None = None, train_cfg: TrainConfig | None = None) -> TrainStats:
-        """Head phase, then body phase (FedAvg's local SGD with the head frozen); reports the body phase."""
-        data = ctx.data.train if dataset is None else dataset
-        self.train_head(model, ctx, data, train_cfg)
-        with frozen(model.head.parameters()):
-            return super().local_train(model, msg, state, ctx, data, train_cfg)
+    def passes(self, work: Work) -> list[LocalPass]:
+        """Head pass (skipped when `head_epochs=0`), then the body pass (FedAvg's local SGD with the head
+        frozen), which is the one reported."""
+        body = dataclasses.replace(self.model_pass(work), frozen=tuple(cast(SplitModel, work.model).head.parameters()))
+        return ([self.head_pass(work)] if self.params.head_epochs > 0 else []) + [body]

@@ -3,17 +3,19 @@
 Each round a client starts local training from a mix of the received global model and its own model from the
 end of its previous round, chosen per layer by a loading strategy A_t^c (layer from global or kept local); it
 then trains the whole model, and sends *all* of it; the server is plain FedAvg. Every state key is therefore
-shared; what is personal is the client's model after local training (`state["local"]`), which it deploys.
+shared; what is personal is the client's model after local training (`PartialFedState.personal`), which it
+deploys.
 
 - PartialFed-Fix (`variant="fix"`): a fixed rule; layers matching `local_layers` keep their local values at round
   start. Entries are layer types ("bn" = BatchNorm, "norm" = any normalisation, "conv", "linear") or module
   paths ("head", "features.0"; a prefix matches the module and everything below it). Default: BatchNorm layers
   plus the classifier head, the paper's best hand-made strategy family (local BN, local top layers).
-- PartialFed-Adaptive (`variant="adaptive"`): each layer l has a probability p_l (client state `state["p"]`,
-  initially `p_init`) of being loaded locally. Each round the client samples a_l ~ Bernoulli(p_l) with torch's
-  global RNG, initializes with that strategy, and updates p from the training loss of the two candidate
-  initializations of every layer: with L_l(local) and L_l(global) the loss on one probe mini-batch of the mixed
-  model with layer l from the local resp. global model (all other layers as sampled),
+- PartialFed-Adaptive (`variant="adaptive"`): each layer l has a probability p_l (client state
+  `PartialFedState.p`, initially `p_init`) of being loaded locally. Each round the client samples
+  a_l ~ Bernoulli(p_l) with torch's global RNG, initializes with that strategy, and updates p from the training
+  loss of the two candidate initializations of every layer: with L_l(local) and L_l(global) the loss on one
+  probe mini-batch of the mixed model with layer l from the local resp. global model (all other layers as
+  sampled),
       p_l <- clip(p_l - adaptive_lr * (L_l(local) - L_l(global)), p_min, 1 - p_min).
   Given the other layers, E[L] = p_l L_l(local) + (1 - p_l) L_l(global) is linear in p_l, so the step is a
   gradient step on the expected loss; it costs one forward pass of the probe batch per layer plus one.
@@ -23,7 +25,8 @@ was written; the update above is our documented reading, not a transcription):
 - The paper learns the strategy with its own parameterisation and schedule; here it is the finite-difference
   rule above. The probe batch (`train.batch_size` examples drawn with torch's global RNG from the training data
   under the evaluation transform) is scored with the model in eval mode, so the loss reflects each candidate's
-  BatchNorm running statistics; p is updated before training and used from the next round on.
+  BatchNorm running statistics; p is updated before training (in `start`: the Bernoulli draw, then the probe
+  batch's randperm and loader) and used from the next round on.
 - A "layer" is a module that owns parameters or buffers directly (a conv, a linear, a BatchNorm with its
   running statistics). In a client's first round it has no local model, so it loads the global model whole.
 - The deployed (evaluated) model is the client's model after its last local training; before it first trains,
@@ -32,6 +35,7 @@ was written; the update above is our documented reading, not a transcription):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,16 +43,34 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Subset
 
-from fedhet.algorithms.base import Algorithm, ClientContext, ClientState
+from fedhet.algorithms.base import Algorithm
 from fedhet.algorithms.registry import register
-from fedhet.engine.messages import Message
-from fedhet.engine.params import BN_TYPES, NORM_TYPES, StateDict, load_partial, state_of
+from fedhet.core.contract import ClientContext, ClientState, Deployment, FitStats, ServerState, Work
+from fedhet.core.messages import Message
+from fedhet.core.params import BN_TYPES, NORM_TYPES, StateDict, load_partial, state_of
 from fedhet.errors import ConfigError
-from fedhet.models import SplitModel
 
 LAYER_TYPES: dict[str, tuple[type[nn.Module], ...]] = {
     "bn": BN_TYPES, "norm": NORM_TYPES, "conv": (nn.Conv1d, nn.Conv2d, nn.Conv3d), "linear": (nn.Linear,)}
 VARIANTS = ("fix", "adaptive")
+
+
+@dataclass(kw_only=True)
+class PartialFedState(ClientState):
+    """The client's whole model after its last local training (None before it first trains) and, for the
+    Adaptive variant, the per-layer probabilities p of loading a layer locally (None before the first draw)."""
+
+    personal: StateDict | None = None
+    p: torch.Tensor | None = None
+
+
+@dataclass(kw_only=True)
+class PartialFedWork(Work):
+    """The fit's model (initialized from the chosen mix), the layers taken from the local model and the p to
+    keep after the round."""
+
+    chosen: frozenset[str] = frozenset()
+    p: torch.Tensor | None = None
 
 
 def layers_of(model: nn.Module) -> dict[str, list[str]]:
@@ -81,11 +103,14 @@ def matching_layers(model: nn.Module, rules: list[str]) -> set[str]:
 
 
 @register
-class PartialFed(Algorithm):
+class PartialFed(Algorithm[ServerState, PartialFedState, PartialFedWork]):
     """FedAvg whose clients start each round from a per-layer mix of the global and their own model."""
 
     name = "partialfed"
     personalized = True
+    server_state_type = ServerState
+    client_state_type = PartialFedState
+    work_type = PartialFedWork
 
     @dataclass
     class Params:
@@ -109,24 +134,26 @@ class PartialFed(Algorithm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._layers = layers_of(self._template)
-        self._fixed = matching_layers(self._template, list(self.params.local_layers))
+        self.layers = layers_of(self.template)
+        self.fixed = frozenset(matching_layers(self.template, list(self.params.local_layers)))
 
-    def _mix(self, model: nn.Module, glob: StateDict, local: StateDict, from_local: set[str]) -> None:
+    def mix(self, model: nn.Module, glob: StateDict, local: StateDict, from_local: frozenset[str]) -> None:
         """Load every layer from `glob`, except the layers in `from_local`, which come from `local`."""
-        load_partial(model, {k: v for k, v in glob.items() if k in self._init_state})
-        load_partial(model, {k: local[k] for n in from_local for k in self._layers[n]})
+        load_partial(model, {k: v for k, v in glob.items() if k in self.init_state})
+        load_partial(model, {k: local[k] for n in from_local for k in self.layers[n]})
 
-    def _probe_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    @staticmethod
+    def probe_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+        """Cross-entropy of `model` on the probe batch, without gradients."""
         with torch.no_grad():
             return float(nn.functional.cross_entropy(model(x), y))
 
-    def _adapt(self, model: SplitModel, msg: Message, local: StateDict, p: torch.Tensor, ctx: ClientContext
-               ) -> tuple[set[str], torch.Tensor]:
+    def adapt(self, model: nn.Module, msg: Message, local: StateDict, p: torch.Tensor, ctx: ClientContext
+              ) -> tuple[frozenset[str], torch.Tensor]:
         """Sample the strategy a ~ Bernoulli(p), then move p along the per-layer loss difference (module doc)."""
-        names = list(self._layers)
+        names = list(self.layers)
         a = torch.bernoulli(p).bool()
-        chosen = {n for n, keep in zip(names, a.tolist(), strict=True) if keep}
+        chosen = frozenset(n for n, keep in zip(names, a.tolist(), strict=True) if keep)
         data = ctx.data.train_eval if ctx.data.train_eval is not None else ctx.data.train
         n = len(data)  # type: ignore[arg-type]
         if n == 0 or self.params.adaptive_lr == 0:
@@ -134,41 +161,45 @@ class PartialFed(Algorithm):
         idx = torch.randperm(n)[: min(self.train_cfg.batch_size, n)].tolist()
         x, y = next(iter(DataLoader(Subset(data, idx), batch_size=len(idx))))
         x, y = x.to(ctx.device), y.to(ctx.device)
-        self._mix(model, msg.arrays, local, chosen)
+        self.mix(model, msg.arrays, local, chosen)
         model.eval()
-        sampled = self._probe_loss(model, x, y)
+        sampled = self.probe_loss(model, x, y)
         diff = torch.zeros_like(p)
         for i, name in enumerate(names):
             other = local if name not in chosen else msg.arrays
-            load_partial(model, {k: other[k] for k in self._layers[name]})
-            flipped = self._probe_loss(model, x, y)
+            load_partial(model, {k: other[k] for k in self.layers[name]})
+            flipped = self.probe_loss(model, x, y)
             source = msg.arrays if name not in chosen else local
-            load_partial(model, {k: source[k] for k in self._layers[name]})  # restore
+            load_partial(model, {k: source[k] for k in self.layers[name]})  # restore
             diff[i] = (sampled - flipped) if name in chosen else (flipped - sampled)  # L(local) - L(global)
         lo, hi = self.params.p_min, 1 - self.params.p_min
         return chosen, (p - self.params.adaptive_lr * diff).clamp(lo, hi)
 
-    def fit(self, msg: Message, state: ClientState, ctx: ClientContext) -> tuple[Message, ClientState]:
-        state = dict(state)
+    def start(self, msg: Message, state: PartialFedState, ctx: ClientContext) -> PartialFedWork:
+        """The round-start model: the global model with the chosen layers from the client's own model (Fix: the
+        rule; Adaptive: a Bernoulli(p) draw, p updated on a probe batch); the whole global model at first."""
         model = self.spare_model("workspace")
-        local = state.get("local")
-        chosen: set[str] = set()
+        local, p = state.personal, state.p
+        chosen: frozenset[str] = frozenset()
         if local is not None and self.params.variant == "fix":
-            chosen = self._fixed
+            chosen = self.fixed
         elif local is not None:
-            p = state.get("p", torch.full((len(self._layers),), float(self.params.p_init)))
-            chosen, state["p"] = self._adapt(model, msg, local, p, ctx)
-        self._mix(model, msg.arrays, local or {}, chosen)
-        stats = self.local_train(model, msg, state, ctx)
-        state["local"] = state_of(model)
-        reply = self.reply(model, stats)
-        reply.scalars["local_layers"] = len(chosen)
-        return reply, state
+            start_p = p if p is not None else torch.full((len(self.layers),), float(self.params.p_init))
+            chosen, p = self.adapt(model, msg, local, start_p, ctx)
+        self.mix(model, msg.arrays, local or {}, chosen)
+        return PartialFedWork(msg=msg, ctx=ctx, model=model, chosen=chosen, p=p)
 
-    def deploy_model(self, msg: Message, state: ClientState, ctx: ClientContext) -> nn.Module:
+    def finish(self, work: PartialFedWork, state: PartialFedState, stats: FitStats
+               ) -> tuple[Message, PartialFedState]:
+        """Send the whole trained model (with the number of locally loaded layers); keep it and p."""
+        reply = self.reply(work.model, stats)
+        reply.scalars["local_layers"] = len(work.chosen)
+        return reply, dataclasses.replace(state, personal=state_of(work.model), p=work.p)
+
+    def deploy(self, msg: Message, state: PartialFedState, ctx: ClientContext) -> Deployment:
         """The client's model after its last local training (the received global model before that)."""
         model = self.spare_model("workspace")
-        self._mix(model, msg.arrays, {}, set())
-        if "local" in state:
-            load_partial(model, state["local"])
-        return model
+        self.mix(model, msg.arrays, {}, frozenset())
+        if state.personal is not None:
+            load_partial(model, state.personal)
+        return Deployment(model)

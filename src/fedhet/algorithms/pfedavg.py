@@ -15,10 +15,11 @@ Personalization", and the FedBABU evaluation protocol):
 - `finetune_part="all"` fine-tunes every parameter; `"head"` only the classifier head, the body's parameters
   frozen (excluded from the optimizer). In both modes the model runs in train mode, so BatchNorm running
   statistics adapt to the client's data, in the body too.
-- The fine-tune happens inside `evaluate`/`deploy_model`, on a scratch copy: the client state is not changed
-  and no fine-tuned weights persist to the next round (each evaluation re-personalizes the latest global
-  model). The fine-tune's data order is drawn from torch's global RNG, which the engine seeds per
-  (seed, round, client, "evaluate"), so the test and val evaluations of a round see the same deployed model.
+- The fine-tune is the deployment's pass (`Deployment.passes`, a fresh optimizer each time) on a scratch copy:
+  the client state is not changed and no fine-tuned weights persist to the next round (each evaluation
+  re-personalizes the latest global model). The fine-tune's data order is drawn from torch's global RNG,
+  which the engine seeds per (seed, round, client, "evaluate"), so the test and val evaluations of a round see
+  the same deployed model.
 - `finetune_epochs=0` deploys the global model unchanged (plain FedAvg evaluation).
 """
 
@@ -26,13 +27,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from torch import nn
-
-from fedhet.algorithms.base import Algorithm, ClientContext, ClientState
+from fedhet.algorithms.base import ModelAlgorithm
 from fedhet.algorithms.registry import register
-from fedhet.engine.local import TrainStats, train_local
-from fedhet.engine.messages import Message
-from fedhet.engine.params import frozen
+from fedhet.core.contract import ClientContext, ClientState, Deployment, LocalPass, OptimSpec, Work, minimize
+from fedhet.core.messages import Message
 from fedhet.errors import ConfigError
 from fedhet.models import SplitModel
 
@@ -40,7 +38,7 @@ FINETUNE_PARTS = ("all", "head")
 
 
 @register
-class PFedAvg(Algorithm):
+class PFedAvg(ModelAlgorithm):
     """FedAvg training; each client deploys the global model fine-tuned on its own training data."""
 
     name = "pfedavg"
@@ -64,21 +62,21 @@ class PFedAvg(Algorithm):
             if self.finetune_lr is not None and not self.finetune_lr > 0:
                 raise ConfigError(f"finetune_lr must be > 0 (or null for train.lr), got {self.finetune_lr}")
 
-
-    def finetune(self, model: SplitModel, ctx: ClientContext) -> TrainStats:
-        """Fine-tune `model` in place on the client's training split (the personalization step)."""
+    def finetune_pass(self, work: Work, model: SplitModel) -> LocalPass:
+        """`finetune_epochs` epochs of `model` on the client's training split (the personalization step), with a
+        fresh optimizer at `finetune_lr`; the body frozen when only the head is fine-tuned."""
         p = self.params
         cfg = replace(self.train_cfg, local_epochs=p.finetune_epochs, local_steps=None)
-        body = model.features.parameters() if p.finetune_part == "head" else ()
-        with frozen(body):
-            return train_local(model, ctx.data.train, cfg, ctx.device, lr=p.finetune_lr,
-                               loss_fn=lambda m, x, y: self.loss(m, x, y, ctx),
-                               where=f"{self.name} fine-tune client {ctx.client_id} round {ctx.round}")
+        spec = OptimSpec.from_train(list(model.parameters()), cfg, lr=p.finetune_lr, persist=False)
+        body = tuple(model.features.parameters()) if p.finetune_part == "head" else ()
+        return LocalPass("fine-tune", minimize(lambda x, y: self.loss(work, x, y)), {"model": spec}, cfg,
+                         modules=(model,), frozen=body, report=False)
 
-    def deploy_model(self, msg: Message, state: ClientState, ctx: ClientContext) -> nn.Module:
-        """The received model (+ local part) fine-tuned on a scratch copy; `state` is left untouched."""
+    def deploy(self, msg: Message, state: ClientState, ctx: ClientContext) -> Deployment:
+        """The received model (+ local part) on a scratch copy, fine-tuned by the deployment's pass; `state` is
+        left untouched."""
         # assemble loads every key, so nothing leaks between clients
-        model = self.assemble(self.spare_model("scratch"), msg, state)
-        if self.params.finetune_epochs > 0:
-            self.finetune(model, ctx)  # type: ignore[arg-type]
-        return model
+        model = self.assemble(self.spare_model("scratch"), msg.arrays, state.local)
+        if self.params.finetune_epochs == 0:
+            return Deployment(model)
+        return Deployment(model, passes=[self.finetune_pass(Work(msg=msg, ctx=ctx, model=model), model)])
