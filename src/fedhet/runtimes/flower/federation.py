@@ -1,0 +1,166 @@
+"""`LocalFederation`: a Flower SuperLink and K SuperNodes on 127.0.0.1, each in its own process group, always
+stopped (`with` block / `stop()`), with Flower's own files in a private FLWR_HOME instead of ~/.flwr."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from fedhet.errors import FedhetError
+from fedhet.runtimes.flower import require_flower
+from fedhet.runtimes.flower.app_folder import toml_string
+from fedhet.runtimes.flower.processes import executable, free_port, signal_group, stop_process_trees, wait_for_port
+from fedhet.runtimes.flower.tls import TlsFiles
+
+CONNECTION = "fedhet-local"
+
+
+def link_security(tls: TlsFiles | None) -> list[str]:
+    """The SuperLink's TLS flags (`--insecure` without TLS)."""
+    if tls is None:
+        return ["--insecure"]
+    return ["--ssl-ca-certfile", str(tls.ca), "--ssl-certfile", str(tls.cert), "--ssl-keyfile", str(tls.key)]
+
+
+def node_security(tls: TlsFiles | None) -> list[str]:
+    """A SuperNode's TLS flags: verify the SuperLink with the CA certificate (`--insecure` without TLS)."""
+    return ["--insecure"] if tls is None else ["--root-certificates", str(tls.ca)]
+
+
+class LocalFederation:
+    """A SuperLink and `num_nodes` SuperNodes on 127.0.0.1, stopped on exit even after errors.
+
+    With `tls` (a `TlsFiles`), the SuperLink serves HTTPS with that certificate, the SuperNodes and `flwr`
+    verify it with the CA certificate (`--root-certificates`, config `root-certificates`); else everything
+    runs `--insecure`. `task_poll_interval` sets Flower's FLWR_SUPEREXEC_TASK_POLL_INTERVAL (seconds between
+    the SuperExecs' checks for a new ServerApp / ClientApp task; Flower's default 1 s). With `workers`, a
+    `fedhet flower worker` runs beside each SuperNode (socket `<workdir>/workers/node<i>.sock`, named in the
+    node config as `fedhet-worker`) and the lean ClientApp of `node_app` forwards every message to it."""
+
+    def __init__(self, num_nodes: int, workdir: str | Path, port: int | None = None,
+                 extra_node_config: str = "", tls: TlsFiles | None = None,
+                 task_poll_interval: float | None = None, workers: bool = False) -> None:
+        self.num_nodes, self.workdir = num_nodes, Path(workdir)
+        self.workers = workers
+        self._socket_dir: Path | None = None
+        self.port = port or free_port()
+        self.extra_node_config = extra_node_config
+        self.tls = tls
+        self.flwr_home = self.workdir / "flwr-home"
+        self.logs = self.workdir / "logs"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._spawned: dict[subprocess.Popen[bytes], tuple[str, list[str]]] = {}  # process -> (name, command)
+        self.env = {"FLWR_TELEMETRY_ENABLED": "0", **os.environ, "FLWR_HOME": str(self.flwr_home),
+                    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        if task_poll_interval is not None:
+            self.env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = str(task_poll_interval)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        out = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=self.workdir,
+                                start_new_session=True)  # own process group: stop() takes its children too
+        out.close()
+        self._spawned[proc] = (name, args)
+        self.procs.append(proc)
+        return proc
+
+    def start(self, timeout: float = 120.0) -> LocalFederation:
+        require_flower()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.flwr_home.mkdir(parents=True, exist_ok=True)
+        try:
+            link = self._spawn("superlink", [executable("flower-superlink"), *link_security(self.tls),
+                                             "--port", str(self.port), "--disable-runtime-dependency-installation"])
+            wait_for_port(self.port, timeout, link, self.logs / "superlink.log")
+            for i in range(self.num_nodes):
+                if self.workers:
+                    self.start_worker(i, timeout)
+                self.start_node(i)
+        except BaseException:
+            self.stop()
+            raise
+        self.write_connection()
+        return self
+
+    def worker_socket(self, partition: int) -> Path:
+        """`<workdir>/workers/node<i>.sock`, or under a short temporary folder when that path is too long for
+        a Unix socket (about 100 bytes)."""
+        folder = self.workdir.resolve() / "workers"
+        if len(str(folder)) > 80:
+            if self._socket_dir is None:
+                self._socket_dir = Path(tempfile.mkdtemp(prefix="fedhet-w-"))
+            folder = self._socket_dir
+        return folder / f"node{partition}.sock"
+
+    def start_worker(self, partition: int, timeout: float = 120.0) -> subprocess.Popen[bytes]:
+        """Start the fedhet worker of `partition` and wait until its socket exists."""
+        sock = self.worker_socket(partition)
+        proc = self._spawn(f"worker-{partition}", [sys.executable, "-m", "fedhet.cli", "flower", "worker",
+                                                   "--socket", str(sock)])
+        deadline = time.monotonic() + timeout
+        while not sock.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log_text = (self.logs / f"worker-{partition}.log").read_text(errors="replace")[-2000:]
+                raise FedhetError(f"the fedhet worker for node {partition} did not start:\n{log_text}")
+            time.sleep(0.1)
+        return proc
+
+    def start_node(self, partition: int) -> subprocess.Popen[bytes]:
+        """Start the SuperNode holding `partition` (also to restart one that was killed)."""
+        worker = f' fedhet-worker="{self.worker_socket(partition)}"' if self.workers else ""
+        node_config = (f"partition-id={partition} num-partitions={self.num_nodes}{worker} "
+                       f"{self.extra_node_config}").strip()
+        return self._spawn(f"supernode-{partition}", [executable("flower-supernode"), *node_security(self.tls),
+                                                      "--superlink", self.address, "--port", str(free_port()),
+                                                      "--node-config", node_config])
+
+    def node_process(self, partition: int) -> subprocess.Popen[bytes]:
+        """The (latest) SuperNode process of `partition`."""
+        name = f"supernode-{partition}"
+        return next(p for p in reversed(self.procs) if self._spawned[p][0] == name)
+
+    def kill_node(self, partition: int, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Send `sig` to the SuperNode of `partition` and its ClientApp processes (fault injection)."""
+        proc = self.node_process(partition)
+        signal_group(proc, sig)
+        proc.wait(timeout=30)
+
+    def write_connection(self) -> Path:
+        """Flower's CLI config (FLWR_HOME/config.toml) with this SuperLink as the default connection."""
+        path = self.flwr_home / "config.toml"
+        security = "insecure = true" if self.tls is None else f"root-certificates = {toml_string(str(self.tls.ca))}"
+        path.write_text(f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+                        f'address = "{self.address}"\n{security}\n')
+        return path
+
+    def check_alive(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is not None:
+                raise FedhetError(f"a Flower process exited early ({self._spawned[proc][1][0]}, code "
+                                  f"{proc.returncode}); see the logs in {self.logs}")
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop every process this federation started and all their descendants (`stop_process_trees`)."""
+        stop_process_trees(self.procs, grace)
+        self.procs.clear()
+        self._spawned.clear()
+        if self._socket_dir is not None:  # the short folder of worker sockets (see worker_socket)
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalFederation:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
