@@ -143,6 +143,43 @@ def is_run_dir(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / SUMMARY).is_file()
 
 
+def _read_summary(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
+    """summary.json of run dir `path` and its final metrics (client -> metric -> value)."""
+    summary = _read_json(path / SUMMARY)
+    if not isinstance(summary, dict):
+        raise FedhetError(f"{path / SUMMARY}: expected a JSON object")
+    missing = [k for k in _SUMMARY_KEYS if k not in summary]
+    if missing:
+        raise FedhetError(f"{path / SUMMARY} lacks key(s) {', '.join(missing)}")
+    final_raw = summary["final"]
+    if not isinstance(final_raw, dict) or not all(isinstance(v, dict) for v in final_raw.values()):
+        raise FedhetError(f"{path / SUMMARY}: 'final' must map client -> {{metric: value}}")
+    final = {
+        str(client): {k: _as_float(v, f"{path / SUMMARY} final.{client}.{k}") for k, v in metrics.items()}
+        for client, metrics in final_raw.items()
+    }
+    return summary, final
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """config.yaml of run dir `path` ({} when there is none)."""
+    if not (path / CONFIG).is_file():
+        return {}
+    try:
+        loaded = yaml.safe_load((path / CONFIG).read_text(encoding="utf-8"))
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
+        problem = " ".join(str(e).split())
+        raise FedhetError(f"corrupt YAML in {path / CONFIG} ({problem}); repair it, or delete it (the report "
+                          "then lacks the run's name and planned rounds)") from e
+    if loaded is not None and not isinstance(loaded, dict):
+        raise FedhetError(f"{path / CONFIG}: expected a mapping at top level")
+    return loaded or {}
+
+
+def _opt_int(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def load_run(path: str | os.PathLike[str]) -> RunRecord:
     """Parse a run directory; a FedhetError says what is missing or corrupt.
 
@@ -157,37 +194,10 @@ def load_run(path: str | os.PathLike[str]) -> RunRecord:
             f"{path} is not a run directory: it has no {SUMMARY} (the engine writes it when a run ends; "
             f"expected {CONFIG}, {METRICS}, {SUMMARY})"
         )
-    summary = _read_json(path / SUMMARY)
-    if not isinstance(summary, dict):
-        raise FedhetError(f"{path / SUMMARY}: expected a JSON object")
-    missing = [k for k in _SUMMARY_KEYS if k not in summary]
-    if missing:
-        raise FedhetError(f"{path / SUMMARY} lacks key(s) {', '.join(missing)}")
-    final_raw = summary["final"]
-    if not isinstance(final_raw, dict) or not all(isinstance(v, dict) for v in final_raw.values()):
-        raise FedhetError(f"{path / SUMMARY}: 'final' must map client -> {{metric: value}}")
-    final = {
-        str(client): {k: _as_float(v, f"{path / SUMMARY} final.{client}.{k}") for k, v in metrics.items()}
-        for client, metrics in final_raw.items()
-    }
-
-    config: dict[str, Any] = {}
-    if (path / CONFIG).is_file():
-        try:
-            loaded = yaml.safe_load((path / CONFIG).read_text(encoding="utf-8"))
-        except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
-            problem = " ".join(str(e).split())
-            raise FedhetError(f"corrupt YAML in {path / CONFIG} ({problem}); repair it, or delete it (the report "
-                              "then lacks the run's name and planned rounds)") from e
-        if loaded is not None and not isinstance(loaded, dict):
-            raise FedhetError(f"{path / CONFIG}: expected a mapping at top level")
-        config = loaded or {}
+    summary, final = _read_summary(path)
+    config = _read_config(path)
     metrics = _read_metrics(path / METRICS) if (path / METRICS).is_file() else []
     _warn_short_metrics(path, metrics, summary.get("rounds_completed"))
-
-    def opt_int(value: Any) -> int | None:
-        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
     try:
         seed = int(summary["seed"])
     except (TypeError, ValueError) as e:
@@ -199,11 +209,11 @@ def load_run(path: str | os.PathLike[str]) -> RunRecord:
         dataset=str(summary["dataset"]),
         seed=seed,
         final=final,
-        rounds_completed=opt_int(summary.get("rounds_completed")),
+        rounds_completed=_opt_int(summary.get("rounds_completed")),
         wall_time_s=float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool) else None,
         name=str(config["name"]) if config.get("name") is not None else None,
         label=str(summary.get("label") or config.get("label") or summary["method"]),
-        rounds=opt_int(config.get("rounds")),
+        rounds=_opt_int(config.get("rounds")),
         config=config,
         summary=summary,
         metrics=metrics,
