@@ -57,9 +57,11 @@ def need_root(dataset: str, domain: str, what: str) -> DatasetNotFoundError:
 def write_npz_atomic(path: Path, **arrays: np.ndarray) -> Path:
     """`np.savez` to a temporary file beside `path`, then moved into place atomically (no partial npz)."""
 
+    named: dict[str, Any] = dict(arrays)  # numpy's stub would check each value against savez's allow_pickle: bool
+
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+            np.savez(f, **named)
 
     return atomic_write(path, write)
 
@@ -76,7 +78,7 @@ def _image_array(image: Any) -> np.ndarray:
     return np.asarray(arr, dtype=np.uint8)
 
 
-def _open_encoded(image: dict) -> Image.Image:
+def _open_encoded(image: dict[str, Any]) -> Image.Image:
     if image.get("bytes") is not None:
         img = Image.open(io.BytesIO(image["bytes"]))
     elif image.get("path"):
@@ -142,32 +144,42 @@ def materialize(samples: Iterable[Sample], dest: Path, classes: Sequence[str], f
             cls_dir = tmp_dirs[domain] / classes[label]
             cls_dir.mkdir(exist_ok=True)
             _write_image(image, cls_dir / f"{n:06d}")
-        written: dict[str, Path] = {}
-        if fmt == "npz":
-            for domain, (xs, ys, ss) in arrays.items():
-                shapes = {x.shape for x in xs}
-                if len(shapes) > 1:
-                    raise ValueError(f"domain '{domain}': images differ in shape ({sorted(shapes)[:3]}...); "
-                                     "the npz layout needs one shape")
-                out = {"x": np.stack(xs), "y": np.asarray(ys, dtype=np.int64)}
-                if any(ss):
-                    out["split"] = np.asarray(ss, dtype=np.int8)
-                written[domain] = write_npz_atomic(dest / f"{domain}.npz", **out)
-            return written
-        for domain, tmp in tmp_dirs.items():
-            final = dest / domain
-            try:
-                os.replace(tmp, final)  # atomic; fails when `final` exists and is not empty
-            except OSError:
-                if not final.is_dir():
-                    raise
-                continue  # someone else put it there first: keep theirs (the temp folder is removed below)
-            written[domain] = final
-        return written
+        return _write_npz_domains(arrays, dest) if fmt == "npz" else _move_folders(tmp_dirs, dest)
     finally:
         for tmp in tmp_dirs.values():
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_npz_domains(arrays: dict[str, tuple[list[np.ndarray], list[int], list[int]]],
+                       dest: Path) -> dict[str, Path]:
+    """`dest/<domain>.npz` (x, y, and `split` when any sample has one) per domain of (images, labels, splits)."""
+    written: dict[str, Path] = {}
+    for domain, (xs, ys, ss) in arrays.items():
+        shapes = {x.shape for x in xs}
+        if len(shapes) > 1:
+            raise ValueError(f"domain '{domain}': images differ in shape ({sorted(shapes)[:3]}...); "
+                             "the npz layout needs one shape")
+        out = {"x": np.stack(xs), "y": np.asarray(ys, dtype=np.int64)}
+        if any(ss):
+            out["split"] = np.asarray(ss, dtype=np.int8)
+        written[domain] = write_npz_atomic(dest / f"{domain}.npz", **out)
+    return written
+
+
+def _move_folders(tmp_dirs: dict[str, Path], dest: Path) -> dict[str, Path]:
+    """Move each domain's temporary folder to `dest/<domain>`; a folder that is already there is kept."""
+    written: dict[str, Path] = {}
+    for domain, tmp in tmp_dirs.items():
+        final = dest / domain
+        try:
+            os.replace(tmp, final)  # atomic; fails when `final` exists and is not empty
+        except OSError:
+            if not final.is_dir():
+                raise
+            continue  # someone else put it there first: keep theirs (the temp folder is removed by the caller)
+        written[domain] = final
+    return written
 
 
 # ----------------------------------------------------------------------------------------------- sources
@@ -197,7 +209,7 @@ def download_torchvision_digits(name: str, npz: Path) -> Path:
     return written[npz.stem]
 
 
-def _import_hf_datasets(dataset: str, domain: str, repo: str):
+def _import_hf_datasets(dataset: str, domain: str, repo: str) -> Any:
     try:
         import datasets as hf_datasets
     except ImportError as e:

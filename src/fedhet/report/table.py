@@ -121,40 +121,53 @@ def make_table(
     tables: list[DatasetTable] = []
     for dataset, methods in groups.items():
         rows = list(dict.fromkeys(c for g in methods.values() for r in g for c in r.final if c != AVG))
-        cells: dict[tuple[str, str], Cell] = {}
-        for method, group in methods.items():
-            seeds = [r.seed for r in group]
-            if len(set(seeds)) < len(seeds):
-                warnings.warn(
-                    f"{dataset}/{method}: several runs share a seed ({sorted(seeds)}); all are averaged",
-                    stacklevel=2,
-                )
-            for client in [*rows, AVG]:
-                have = [(r.seed, r.final[client][metric]) for r in group if metric in r.final.get(client, {})]
-                have = [(s, v) for s, v in have if not math.isnan(v)]
-                if have:
-                    mean, std = mean_std([v for _, v in have])
-                    cells[(client, method)] = Cell(mean, std, len(have), tuple(s for s, _ in have))
+        cells = _measured_cells(dataset, methods, rows, metric)
         if any((AVG, m) in cells for m in methods):
             rows.append(AVG)
         columns = list(methods)
         if reference and reference_dataset in (None, dataset):
-            for ref_method in dict.fromkeys(m for per in reference.values() for m in per):
-                col = _paper_column(ref_method)
-                pos = columns.index(ref_method) + 1 if ref_method in columns else len(columns)
-                columns.insert(pos, col)
-                for client, per in reference.items():
-                    if client in rows and ref_method in per:
-                        val = per[ref_method]
-                        mean, std = val if isinstance(val, (tuple, list)) else (val, None)
-                        cells[(client, col)] = Cell(
-                            float(mean) / scale,
-                            math.nan if std is None else float(std) / scale,
-                            0,
-                            reference=True,
-                        )
+            _add_reference(reference, scale, rows, columns, cells)
         tables.append(DatasetTable(dataset, rows, columns, cells))
     return Table(metric, tables)
+
+
+def _measured_cells(dataset: str, methods: dict[str, list[RunRecord]], rows: list[str],
+                    metric: str) -> dict[tuple[str, str], Cell]:
+    """(client, method) -> the cell over the group's runs, for every client of `rows` and "avg"."""
+    cells: dict[tuple[str, str], Cell] = {}
+    for method, group in methods.items():
+        seeds = [r.seed for r in group]
+        if len(set(seeds)) < len(seeds):
+            warnings.warn(
+                f"{dataset}/{method}: several runs share a seed ({sorted(seeds)}); all are averaged",
+                stacklevel=3,  # make_table's caller
+            )
+        for client in [*rows, AVG]:
+            have = [(r.seed, r.final[client][metric]) for r in group if metric in r.final.get(client, {})]
+            have = [(s, v) for s, v in have if not math.isnan(v)]
+            if have:
+                mean, std = mean_std([v for _, v in have])
+                cells[(client, method)] = Cell(mean, std, len(have), tuple(s for s, _ in have))
+    return cells
+
+
+def _add_reference(reference: Reference, scale: float, rows: list[str], columns: list[str],
+                   cells: dict[tuple[str, str], Cell]) -> None:
+    """Insert a "<method> (paper)" column after each referenced method's column (or at the end), with its cells."""
+    for ref_method in dict.fromkeys(m for per in reference.values() for m in per):
+        col = _paper_column(ref_method)
+        pos = columns.index(ref_method) + 1 if ref_method in columns else len(columns)
+        columns.insert(pos, col)
+        for client, per in reference.items():
+            if client in rows and ref_method in per:
+                val = per[ref_method]
+                mean, std = val if isinstance(val, (tuple, list)) else (val, None)
+                cells[(client, col)] = Cell(
+                    float(mean) / scale,
+                    math.nan if std is None else float(std) / scale,
+                    0,
+                    reference=True,
+                )
 
 
 def format_cell(cell: Cell | None, percent: bool, digits: int = 2) -> str:

@@ -14,14 +14,14 @@ import io
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, ConfigRecordValues, MetricRecord, RecordDict
 
 from fedhet.engine.messages import Message, Reply
 
 META = "fedhet"
 
 
-def to_content(msg: Message, **meta: int | float | str | bool | list[int]) -> RecordDict:
+def to_content(msg: Message, **meta: ConfigRecordValues) -> RecordDict:
     """A fedhet Message (plus routing metadata) as Flower record content."""
     arrays = ArrayRecord({k: v.detach().cpu() for k, v in msg.arrays.items()})
     return RecordDict({"arrays": arrays, "scalars": ConfigRecord(dict(msg.scalars)), META: ConfigRecord(meta)})
@@ -31,9 +31,19 @@ def from_content(content: RecordDict) -> tuple[Message, dict[str, Any]]:
     """The fedhet Message and the metadata in Flower record content."""
     arrays = content.array_records.get("arrays")
     tensors = dict(arrays.to_torch_state_dict()) if arrays is not None and len(arrays) else {}
-    scalars = content.config_records.get("scalars")
     meta = content.config_records.get(META)
-    return Message(tensors, dict(scalars) if scalars else {}), dict(meta) if meta else {}
+    return Message(tensors, _scalars(content.config_records.get("scalars"))), dict(meta) if meta else {}
+
+
+def _scalars(record: ConfigRecord | None) -> dict[str, int | float | str | bool]:
+    """Message.scalars from its ConfigRecord; a value that is not a number, string or bool is a ValueError (a
+    ConfigRecord also holds bytes and lists, which no fedhet Message sends)."""
+    out: dict[str, int | float | str | bool] = {}
+    for key, value in (record or {}).items():
+        if not isinstance(value, (int, float, str)):  # bool is an int
+            raise ValueError(f"scalar {key!r} is {value!r}, expected a number, string or bool")
+        out[key] = value
+    return out
 
 
 def reply_from_content(content: RecordDict) -> Reply:
@@ -49,17 +59,19 @@ def metrics_content(metrics: dict[str, float] | None) -> RecordDict:
     return RecordDict({"metrics": MetricRecord({k: v for k, v in metrics.items()})})
 
 
-def metrics_from_content(content: RecordDict) -> dict[str, float] | None:
+def metrics_from_content(content: RecordDict) -> dict[str, Any] | None:
+    """An evaluate reply's metrics as the client sent them (`validation.evaluate_reply` checks each is a number)."""
     record = content.metric_records.get("metrics")
     return None if record is None else dict(record)
 
 
-def state_to_bytes(state: dict[str, Any]) -> bytes:
-    """A ClientState (any nesting of tensors, numbers, optimizer states) as torch.save bytes."""
+def state_to_bytes(state: object) -> bytes:
+    """A client state (any nesting of tensors, numbers, optimizer states, dataclasses) as torch.save bytes."""
     buf = io.BytesIO()
     torch.save(state, buf)
     return buf.getvalue()
 
 
-def state_from_bytes(data: bytes) -> dict[str, Any]:
+def state_from_bytes(data: bytes) -> Any:
+    """The object `state_to_bytes` was given (its type is the caller's: the algorithm's client state)."""
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
