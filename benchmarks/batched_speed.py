@@ -30,9 +30,9 @@ from torch.utils.data import TensorDataset
 
 from fedhet.config import load_config
 from fedhet.data import ClientData
-from fedhet.engine.atomic import atomic_write_text
+from fedhet.core.atomic import atomic_write_text
 from fedhet.engine.experiment import Experiment, build_experiment
-from fedhet.engine.messages import Message, Reply
+from fedhet.core.messages import Message, Reply
 from fedhet.runtimes.batched import BatchedClients
 from fedhet.runtimes.inprocess import InProcessClients
 

@@ -16,10 +16,11 @@ import torch
 
 from fedhet.config import load_config
 from fedhet.data import build_federated_data
-from fedhet.engine.atomic import atomic_write_text
+from fedhet.core.atomic import atomic_write_text
 from fedhet.engine.experiment import make_model_fn, resolve_device
-from fedhet.engine.local import evaluate, train_local
-from fedhet.engine.seeding import seeded
+from fedhet.engine.evaluation import evaluate
+from fedhet.engine.local import train_local
+from fedhet.core.seeding import seeded
 
 
 def main() -> None:

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 
 from fedhet.config import load_config
-from fedhet.engine.atomic import atomic_write_text
+from fedhet.core.atomic import atomic_write_text
 from fedhet.engine.experiment import build_experiment
-from fedhet.engine.seeding import seeded
+from fedhet.core.seeding import seeded
 from fedhet.engine.sweep import plan_sweep
 
 

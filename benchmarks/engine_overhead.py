@@ -21,11 +21,12 @@ import torch
 from torch import nn
 
 from fedhet.config import load_config
-from fedhet.engine.atomic import atomic_write_text
+from fedhet.core.atomic import atomic_write_text
 from fedhet.engine.experiment import build_experiment
-from fedhet.engine.local import batches, make_optimizer
+from fedhet.engine.batching import batches
+from fedhet.engine.local import make_optimizer
 from fedhet.engine.loop import RoundLoop
-from fedhet.engine.seeding import seeded
+from fedhet.core.seeding import seeded
 
 
 def bare_round(model: nn.Module, global_state: dict, datasets: list, cfg, rnd: int, seed: int) -> dict:

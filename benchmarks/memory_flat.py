@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from fedhet.config import load_config
-from fedhet.engine.atomic import atomic_write_text
+from fedhet.core.atomic import atomic_write_text
 from fedhet.engine.experiment import build_experiment
 from fedhet.engine.loop import RoundLoop
 

@@ -39,9 +39,9 @@ def assert_same_run(a: Path, b: Path) -> None:
     ca = torch.load(a / "checkpoints" / "latest.pt", weights_only=False)
     cb = torch.load(b / "checkpoints" / "latest.pt", weights_only=False)
     assert ca["round"] == cb["round"]
-    for key, value in ca["server"]["global"].items():
-        assert torch.equal(value, cb["server"]["global"][key]), key
+    for key, value in ca["server"].model.items():
+        assert torch.equal(value, cb["server"].model[key]), key
     for cid, state in ca["clients"].items():
-        for key, value in state.get("local", {}).items():
-            assert torch.equal(value, cb["clients"][cid]["local"][key]), (cid, key)
+        for key, value in state.local.items():
+            assert torch.equal(value, cb["clients"][cid].local[key]), (cid, key)
     assert (a / "metrics.jsonl").read_text() == (b / "metrics.jsonl").read_text()

@@ -7,9 +7,11 @@ import torch
 from fedhet_testing import tiny_client, tiny_model
 from torch import nn
 
-from fedhet.algorithms import ALGORITHMS, ClientContext
+from fedhet.algorithms import ALGORITHMS
 from fedhet.config import ServerConfig, TrainConfig
-from fedhet.engine.messages import Reply
+from fedhet.core.contract import ClientContext, RoundInfo
+from fedhet.core.messages import Reply
+from fedhet.engine.local import fit_client
 from fedhet.errors import ConfigError
 
 CPU = torch.device("cpu")
@@ -23,8 +25,13 @@ def make(name: str, bn: bool = False, lr: float = 0.1, n: int = 4):
     return cls(cls.Params(), lambda: template, train, ServerConfig(), 2, CPU)
 
 
-def ctx(cid: int, n: int = 4, seed: int = 0) -> ClientContext:
-    return ClientContext(cid, 1, tiny_client(n=n, in_dim=2, seed=seed, name=f"c{cid}"), CPU, 2, {"rounds": 1})
+def info(rnd: int = 1, num_clients: int = 2) -> RoundInfo:
+    return RoundInfo(round=rnd, rounds=1, num_clients=num_clients, seed=0)
+
+
+def ctx(cid: int, n: int = 4, seed: int = 0, num_clients: int = 2) -> ClientContext:
+    return ClientContext(client_id=cid, info=info(1, num_clients),
+                         data=tiny_client(n=n, in_dim=2, seed=seed, name=f"c{cid}"), device=CPU, num_classes=2)
 
 
 def manual_sgd_step(state: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, lr: float) -> dict:
@@ -45,12 +52,12 @@ def test_fedavg_round_by_hand() -> None:
     for cid, n in ((0, 4), (1, 2)):
         c = ctx(cid, n=n, seed=cid)
         alg.train_cfg.batch_size = n
-        msg = alg.broadcast(server, 1, cid)
-        out, _ = alg.fit(msg, {}, c)
+        msg = alg.broadcast(server, info(), cid)
+        out, _ = fit_client(alg, msg, alg.init_client(cid), c)
         replies.append(Reply(cid, out, n))
         x, y = c.data.train.tensors
-        expected.append(manual_sgd_step(server["global"], x, y, lr=0.1))
-    new = alg.aggregate(server, replies)["global"]
+        expected.append(manual_sgd_step(server.model, x, y, lr=0.1))
+    new = alg.aggregate(server, replies, info()).model
     for key in new:
         want = (4 * expected[0][key] + 2 * expected[1][key]) / 6
         assert torch.allclose(new[key], want, atol=1e-6), key
@@ -66,30 +73,30 @@ def test_fedbn_keeps_bn_local_and_shares_the_rest() -> None:
     server = alg.init_server()
     bn = {"features.1.weight", "features.1.bias", "features.1.running_mean", "features.1.running_var",
           "features.1.num_batches_tracked"}
-    assert not bn & set(server["global"])
-    out, state = alg.fit(alg.broadcast(server, 1, 0), {}, ctx(0))
+    assert not bn & set(server.model)
+    out, state = fit_client(alg, alg.broadcast(server, info(), 0), alg.init_client(0), ctx(0))
     assert not bn & set(out.arrays)
-    assert set(state["local"]) == bn
-    assert state["local"]["features.1.num_batches_tracked"].item() == 1
+    assert set(state.local) == bn
+    assert state.local["features.1.num_batches_tracked"].item() == 1
     # the local BN statistics come back in the next round's model, not the initial ones
-    model = alg.client_model(alg.broadcast(server, 2, 0), state)
-    assert torch.equal(model.features[1].running_mean, state["local"]["features.1.running_mean"])
+    model = alg.client_model(alg.broadcast(server, info(2), 0), state)
+    assert torch.equal(model.features[1].running_mean, state.local["features.1.running_mean"])
     assert not torch.equal(model.features[1].running_mean, torch.zeros(2))
 
 
 def test_single_communicates_nothing() -> None:
     alg = make("single")
     server = alg.init_server()
-    msg = alg.broadcast(server, 1, 0)
+    msg = alg.broadcast(server, info(), 0)
     assert msg.arrays == {}
-    out, state = alg.fit(msg, {}, ctx(0))
+    out, state = fit_client(alg, msg, alg.init_client(0), ctx(0))
     assert out.arrays == {}
-    assert alg.aggregate(server, [Reply(0, out, 4)]) is server
+    assert alg.aggregate(server, [Reply(0, out, 4)], info()) is server
     x, y = ctx(0).data.train.tensors
-    init = {k: v for k, v in alg._init_state.items()}
+    init = {k: v for k, v in alg.init_state.items()}
     want = manual_sgd_step(init, x, y, lr=0.1)
     for key, value in want.items():
-        assert torch.allclose(state["local"][key], value, atol=1e-6)
+        assert torch.allclose(state.local[key], value, atol=1e-6)
 
 
 def test_all_is_centralized() -> None:
@@ -100,19 +107,17 @@ def test_all_is_centralized() -> None:
 def test_all_scales_local_steps_by_client_count() -> None:
     alg = make("all", n=4)
     alg.train_cfg.batch_size = 2
-    c = ctx(0, n=4)
-    c.extra["num_clients"] = 3
-    model = alg.client_model(alg.broadcast(alg.init_server(), 1, 0), {})
-    assert alg.local_train(model, alg.broadcast(alg.init_server(), 1, 0), {}, c).steps == 3
+    out, _ = fit_client(alg, alg.broadcast(alg.init_server(), info(), 0), alg.init_client(0), ctx(0, n=4, num_clients=3))
+    assert out.scalars["steps"] == 3
 
 
 def test_persisted_optimizer_state_is_not_mutated_by_the_next_fit() -> None:
     alg = make("fedavg")
     alg.train_cfg.momentum, alg.train_cfg.persist_optimizer = 0.9, True
     server = alg.init_server()
-    _, first = alg.fit(alg.broadcast(server, 1, 0), {}, ctx(0))
-    before = {k: v["momentum_buffer"].clone() for k, v in first["optim"]["state"].items()}
-    _, second = alg.fit(alg.broadcast(server, 2, 0), first, ctx(0))
+    _, first = fit_client(alg, alg.broadcast(server, info(), 0), alg.init_client(0), ctx(0))
+    before = {k: v["momentum_buffer"].clone() for k, v in first.optim["model"]["state"].items()}
+    _, second = fit_client(alg, alg.broadcast(server, info(2), 0), first, ctx(0))
     for k, buf in before.items():
-        assert torch.equal(first["optim"]["state"][k]["momentum_buffer"], buf)
-        assert not torch.equal(second["optim"]["state"][k]["momentum_buffer"], buf)
+        assert torch.equal(first.optim["model"]["state"][k]["momentum_buffer"], buf)
+        assert not torch.equal(second.optim["model"]["state"][k]["momentum_buffer"], buf)

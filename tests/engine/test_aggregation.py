@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedhet.config import ServerConfig
-from fedhet.engine.aggregation import ServerOptimizer, average, client_weights
+from fedhet.core.aggregation import ServerOptimizer, average, client_weights
 
 
 def test_weighted_average_by_hand() -> None:

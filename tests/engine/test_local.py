@@ -8,7 +8,8 @@ from fedhet_testing import tiny_model
 from torch.utils.data import TensorDataset
 
 from fedhet.config import TrainConfig
-from fedhet.engine.local import batches, num_steps, train_local
+from fedhet.engine.batching import batches, num_steps
+from fedhet.engine.local import train_local
 
 
 def _data(n: int) -> TensorDataset:

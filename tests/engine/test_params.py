@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from fedhet.engine.params import BN_TYPES, keys_of_types
+from fedhet.core.params import BN_TYPES, keys_of_types
 
 
 def test_bn_keys_selected_by_type_not_name() -> None:

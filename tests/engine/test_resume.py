@@ -86,7 +86,7 @@ def test_nan_loss_stops_with_checkpoint(tmp_path) -> None:
     with pytest.raises(TrainingDivergedError, match="lower train.lr"):
         run_experiment(c, tmp_path / "r")
     payload = weights(tmp_path / "r")
-    assert all(torch.isfinite(v).all() for v in payload["server"]["global"].values() if v.is_floating_point())
+    assert all(torch.isfinite(v).all() for v in payload["server"].model.values() if v.is_floating_point())
 
 
 def test_interrupt_after_aggregation_rolls_back_the_partial_round(tmp_path, monkeypatch) -> None:

@@ -29,7 +29,7 @@ def cfg(*extra: str):
 
 
 def final_weights(run: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run / "checkpoints" / "latest.pt", weights_only=False)["server"]["global"]
+    return torch.load(run / "checkpoints" / "latest.pt", weights_only=False)["server"].model
 
 
 def test_extending_a_finished_run_equals_a_longer_run(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from fedhet.engine.sampling import sample_clients
-from fedhet.engine.seeding import derive_seed, seeded
+from fedhet.core.seeding import derive_seed, seeded
 
 
 def test_derive_seed_stable_and_distinct() -> None:

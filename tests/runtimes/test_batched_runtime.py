@@ -89,7 +89,7 @@ def test_fit_replies_and_states_match_inprocess() -> None:
     exp = build_experiment(load_config(None, [*BASE, *BN, "method=fedbn", "train.persist_optimizer=true"]))
     alg = exp.algorithm
     server = alg.init_server()
-    messages = {cid: alg.broadcast(server, 1, cid) for cid in (2, 0, 3)}  # sampled order is kept
+    messages = {cid: alg.broadcast(server, exp.round_info(1), cid) for cid in (2, 0, 3)}  # sampled order is kept
     seq, vec = InProcessClients(exp), BatchedClients(exp)
     want, got = seq.fit(1, messages), vec.fit(1, messages)
     assert [r.client_id for r in got] == [2, 0, 3]
@@ -100,12 +100,12 @@ def test_fit_replies_and_states_match_inprocess() -> None:
         for k, v in a.message.arrays.items():
             assert torch.allclose(b.message.arrays[k].double(), v.double(), atol=1e-5), k
     for cid in messages:
-        local_a, local_b = seq.states[cid]["local"], vec.states[cid]["local"]
+        local_a, local_b = seq.states[cid].local, vec.states[cid].local
         assert set(local_a) == set(local_b) and any("running_mean" in k for k in local_a)
         for k in local_a:
             assert torch.allclose(local_b[k].double(), local_a[k].double(), atol=1e-5), (cid, k)
-        assert set(seq.states[cid]["optim"]["state"]) == set(vec.states[cid]["optim"]["state"])
-    assert 1 not in vec.states or vec.states[1] == {}  # not sampled: untouched
+        assert set(seq.states[cid].optim["model"]["state"]) == set(vec.states[cid].optim["model"]["state"])
+    assert vec.states[1] == alg.init_client(1)  # not sampled: untouched
 
 
 def test_chunking_gives_the_same_result(tmp_path: Path) -> None:

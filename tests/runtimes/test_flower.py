@@ -28,7 +28,7 @@ from flwr.app import Message as FlowerMessage  # noqa: E402
 from fedhet.config import load_config  # noqa: E402
 from fedhet.engine.experiment import build_experiment  # noqa: E402
 from fedhet.engine.loop import run_experiment  # noqa: E402
-from fedhet.engine.messages import Message  # noqa: E402
+from fedhet.core.messages import Message  # noqa: E402
 from fedhet.runtimes.flower import client as flower_client  # noqa: E402
 from fedhet.runtimes.flower import node_app  # noqa: E402
 from fedhet.runtimes.flower.app import FlowerSettings  # noqa: E402
@@ -145,24 +145,24 @@ def test_adapter_matches_inprocess_and_keeps_client_state(tmp_path, task_identit
     assert {"config.yaml", "metrics.jsonl", "summary.json"} <= {p.name for p in (tmp_path / "flower").iterdir()}
     # every client's state lives in its node's context.state and equals the in-process one after the last round
     expected = torch.load(tmp_path / "inprocess" / "checkpoints" / "latest.pt", weights_only=False)["clients"]
+    exp_init = build_experiment(c)
     for node, context in grid.contexts.items():
         cid = node - 100
         rounds = flower_client.stored_rounds(context)
-        if not expected[cid]:  # never sampled (ditto, fraction 0.5): no state yet, none on the node either
+        if expected[cid] == exp_init.algorithm.init_client(cid):  # never sampled (ditto, fraction 0.5): no state
             assert rounds == []
             continue
         state = flower_client.stored_state(context, rounds[-1])
-        keys = {"local"} | ({"personal"} if method == "ditto" else set())
-        assert keys <= set(state)
-        for part in keys:
-            assert state[part].keys() == expected[cid][part].keys()
-            for key, value in expected[cid][part].items():
-                assert torch.equal(state[part][key], value), (cid, part, key)
+        assert type(state) is type(expected[cid])
+        for part in ["local"] + (["personal"] if method == "ditto" else []):
+            assert getattr(state, part).keys() == getattr(expected[cid], part).keys()
+            for key, value in getattr(expected[cid], part).items():
+                assert torch.equal(getattr(state, part)[key], value), (cid, part, key)
     # the state matters: FedBN's BN statistics on a node differ from the initial model's
     if method == "fedbn":
         state = flower_client.stored_state(grid.contexts[100], 3)
-        running = [k for k in state["local"] if k.endswith("running_mean")]
-        assert running and not torch.equal(state["local"][running[0]], torch.zeros_like(state["local"][running[0]]))
+        running = [k for k in state.local if k.endswith("running_mean")]
+        assert running and not torch.equal(state.local[running[0]], torch.zeros_like(state.local[running[0]]))
 
 
 def test_state_dir_restores_a_restarted_node(tmp_path, task_identity) -> None:
@@ -174,15 +174,15 @@ def test_state_dir_restores_a_restarted_node(tmp_path, task_identity) -> None:
     context = Context(run_id=1, node_id=1, state=RecordDict(), run_config={},
                       node_config={"partition-id": 2, "num-partitions": 4, "state-dir": str(tmp_path)})
     server = exp.algorithm.init_server()
-    msg = FlowerMessage(to_content(exp.algorithm.broadcast(server, 1, 2), round=1, client=2), dst_node_id=1,
+    msg = FlowerMessage(to_content(exp.algorithm.broadcast(server, exp.round_info(1), 2), round=1, client=2), dst_node_id=1,
                         message_type="train")
     flower_client.handle("train", msg, context, setup)
     saved = flower_client.stored_state(context, 1)
     fresh = Context(run_id=1, node_id=1, state=RecordDict(), run_config={}, node_config=context.node_config)
     restored = flower_client.load_state(fresh, exp, setup, 2, 1)
     assert (tmp_path / flower_client.run_key(setup) / "client_2" / "round_1.pt").is_file()
-    for key, value in saved["local"].items():
-        assert torch.equal(restored["local"][key], value)
+    for key, value in saved.local.items():
+        assert torch.equal(restored.local[key], value)
     assert flower_client.load_state(fresh, exp, setup, 2, 0) == exp.algorithm.init_client(2)  # round 0: initial
     with pytest.raises(Exception, match="no state of round 2"):
         flower_client.load_state(fresh, exp, setup, 2, 2)

@@ -32,7 +32,7 @@ from fedhet.algorithms import ALGORITHMS  # noqa: E402
 from fedhet.config import load_config  # noqa: E402
 from fedhet.engine.experiment import build_experiment  # noqa: E402
 from fedhet.engine.loop import Interrupted, RoundLoop, run_experiment  # noqa: E402
-from fedhet.engine.messages import Message  # noqa: E402
+from fedhet.core.messages import Message  # noqa: E402
 from fedhet.engine.sampling import sample_clients  # noqa: E402
 from fedhet.runtimes.flower import client as flower_client  # noqa: E402
 from fedhet.runtimes.flower.records import metrics_content, to_content  # noqa: E402
@@ -49,9 +49,10 @@ from fedhet.runtimes.flower.validation import (  # noqa: E402
     evaluate_reply,
     expected_reply_spec,
     fit_reply,
-    spec_of,
 )
 from fedhet.runtimes.inprocess import InProcessClients  # noqa: E402
+from fedhet.algorithms.base import spec_of  # noqa: E402
+from fedhet.engine.local import fit_client  # noqa: E402
 
 BASE = ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={width: 8}", "train.local_steps=1",
         "train.batch_size=16", "train.lr=0.1", "data.max_test_per_client=20", "run.quiet=true", "run.device=cpu",
@@ -250,11 +251,11 @@ def test_error_reasons_are_shortened_to_the_root_exception() -> None:
 @pytest.mark.parametrize("method", [m for m in ALGORITHMS.names() if not ALGORITHMS.get(m).centralized])
 def test_every_method_reply_matches_the_expected_layout(method) -> None:
     """Honest replies of every registered method pass the server's checks (else the Flower runtime would
-    reject them); a method with an unusual layout must define `reply_spec` (see validation.py)."""
+    reject them); a method with an unusual layout must declare it with `Algorithm.reply_layout`."""
     exp = build_experiment(cfg(f"method={method}", "rounds=2"))
     alg = exp.algorithm
-    broadcast = alg.broadcast(alg.init_server(), 1, 0)
-    out, _ = alg.fit(broadcast, alg.init_client(0), exp.context(0, 1, exp.data.clients[0]))
+    broadcast = alg.broadcast(alg.init_server(), exp.round_info(1), 0)
+    out, _ = fit_client(alg, broadcast, alg.init_client(0), exp.context(0, 1, exp.data.clients[0]))
     check_arrays(out.arrays, expected_reply_spec(alg, broadcast))
 
 

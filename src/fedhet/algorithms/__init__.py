@@ -8,11 +8,16 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from fedhet.algorithms.base import Algorithm, ClientContext, ClientState, ServerState
+from fedhet.algorithms.base import Algorithm, ModelAlgorithm
+from fedhet.core.contract import ClientContext, ClientState, ServerState, Work
 from fedhet.algorithms.registry import ALGORITHMS, register
 
+# TEMPORARY while the contract v2 port is under way (issue 14): modules not yet ported are not imported.
+_PORTING = {
+    # port group 1 (fraug, fraug_losses): done
+}
 for _module in pkgutil.iter_modules(__path__):
-    if _module.name not in ("base", "registry"):
+    if _module.name not in ("base", "registry") and _module.name not in _PORTING:
         importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "ClientState", "ServerState", "register"]
+__all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "ClientState", "ModelAlgorithm", "ServerState", "Work", "register"]

@@ -1,39 +1,55 @@
-"""The algorithm interface every method implements, with FedAvg's behaviour as the default.
+"""The algorithm contract, with FedAvg (McMahan et al. 2017) as every default.
 
-An algorithm is a set of pure-ish functions over explicit state (fedjax's shape, Flower's vocabulary):
+An algorithm is explicit state plus functions over it (fedjax's shape, Flower's vocabulary):
 
-    server:  init_server() -> ServerState; broadcast(server, round, cid) -> Message;
-             aggregate(server, replies) -> ServerState
-    client:  init_client(cid) -> ClientState; fit(msg, state, ctx) -> (Message, ClientState);
-             evaluate(msg, state, ctx, dataset) -> metrics
+    server:  init_server() -> S;  broadcast(server, info, cid) -> Message;  aggregate(server, replies, info) -> S
+    client:  init_client(cid) -> C
+             start(msg, state, ctx) -> W            (fedjax client_init: the fit's working set)
+             passes(work) -> [LocalPass]             (client_step: what each mini-batch step does)
+             finish(work, state, stats) -> (Message, C)   (client_final: the reply and the new state)
+             deploy(msg, state, ctx) -> Deployment   (the model the client would use)
 
-States are plain dicts of tensors and numbers (saved in checkpoints, moved between runtimes); `Message`s
-are the only thing that crosses between server and client. A method overrides only what differs from
-FedAvg, usually `shared_keys` (what is communicated), `loss` (the local objective) or `deploy_model`
-(the model a client would use, for personalized methods).
+S, C and W are the method's own dataclasses (`fedhet.core.contract`: ServerState, ClientState, Work), declared
+in `server_state_type`, `client_state_type` and `work_type`. The engine (fedhet.engine.local) owns the loop;
+a method overrides only what differs from FedAvg, usually `shared_keys`, `loss` or `deploy`. Nothing of one
+call is kept on the instance: `spare_model` slots are reusable buffers whose contents are undefined between
+calls (every caller loads all the weights it relies on).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset
 
 from fedhet.config import ServerConfig, TrainConfig
-from fedhet.data import ClientData
-from fedhet.engine.aggregation import ServerOptimizer, average, client_weights
-from fedhet.engine.local import TrainStats, cross_entropy, evaluate, make_optimizer, train_local
-from fedhet.engine.messages import Message, Reply
-from fedhet.engine.params import StateDict, load_partial, state_of
+from fedhet.core.aggregation import ServerOptimizer, average, client_weights
+from fedhet.core.contract import (
+    ClientContext,
+    ClientState,
+    Deployment,
+    FitStats,
+    LocalPass,
+    OptimSpec,
+    RoundInfo,
+    ServerState,
+    Work,
+    minimize,
+)
+from fedhet.core.messages import Message, Reply
+from fedhet.core.params import StateDict, load_partial, state_of
+from fedhet.losses.classification import cross_entropy
 from fedhet.models import SplitModel
 
-ServerState = dict[str, Any]
-ClientState = dict[str, Any]
+S = TypeVar("S", bound=ServerState)
+C = TypeVar("C", bound=ClientState)
+W = TypeVar("W", bound=Work)
+ArraySpec = tuple[tuple[int, ...], torch.dtype]
 
 
 @dataclass
@@ -41,16 +57,9 @@ class NoParams:
     """An algorithm without hyperparameters of its own."""
 
 
-@dataclass
-class ClientContext:
-    """What a client knows while it trains or evaluates: who it is, which round, its data, its device."""
-
-    client_id: int
-    round: int
-    data: ClientData
-    device: torch.device
-    num_classes: int
-    extra: dict[str, Any] = field(default_factory=dict)
+def spec_of(arrays: dict[str, torch.Tensor]) -> dict[str, ArraySpec]:
+    """Names -> (shape, dtype) of a set of arrays."""
+    return {k: (tuple(v.shape), v.dtype) for k, v in arrays.items()}
 
 
 @dataclass(frozen=True)
@@ -66,21 +75,24 @@ class PersonalStep:
 
 @dataclass(frozen=True)
 class BatchedStep:
-    """A method's local training as data, for `run.runtime=batched` (runtimes/batched): `local_train` with the
-    train config's optimizer on CE + (prox_mu/2)||w - w^t||^2 over the trainable parameters (w^t: the model at
-    the start of the round), then `reply` and the local keys kept as in `fit`; plus `personal` (Ditto)."""
+    """A method's local training as data, for `run.runtime=batched` (runtimes/batched): the train config's
+    optimizer on CE + (prox_mu/2)||w - w^t||^2 over the trainable parameters (w^t: the model at the start of the
+    round), then `reply` and the local keys kept as in `finish`; plus `personal` (Ditto)."""
 
     prox_mu: float = 0.0
     personal: PersonalStep | None = None
 
 
-class Algorithm:
-    """FedAvg (McMahan et al. 2017) as the default behaviour of every hook; subclasses override a few."""
+class Algorithm(Generic[S, C, W]):
+    """The contract; every default is FedAvg's. Subclasses set the three state types and override a few hooks."""
 
     name: ClassVar[str] = "base"
     Params: ClassVar[type] = NoParams
     personalized: ClassVar[bool] = False  # clients deploy their own model (evaluated per client)
     centralized: ClassVar[bool] = False  # trains one model on the union of the clients' data (oracle)
+    server_state_type: type[S]
+    client_state_type: type[C]
+    work_type: type[W]
 
     def __init__(self, params: Any, model_fn: Callable[[], SplitModel], train: TrainConfig,
                  server: ServerConfig, num_classes: int, device: torch.device) -> None:
@@ -89,20 +101,20 @@ class Algorithm:
         self.server_cfg = server
         self.num_classes = num_classes
         self.device = device
-        self._template = model_fn().to(device)
+        self.template = model_fn().to(device)
         self._spares: dict[str, SplitModel] = {}
         self.server_opt = ServerOptimizer(server)
-        self._shared = self.shared_keys(self._template)
-        self._init_state = state_of(self._template)
+        self.shared = self.shared_keys(self.template)
+        self.init_state = state_of(self.template)
 
-    # ------------------------------------------------------------------ models and state
+    # ------------------------------------------------------------------ models
     def new_model(self) -> SplitModel:
         """A fresh copy of the (seeded) initial model on the run's device."""
-        return copy.deepcopy(self._template)
+        return copy.deepcopy(self.template)
 
     def spare_model(self, slot: str) -> SplitModel:
-        """A model object reused across calls and clients for `slot` (e.g. "workspace", "reference"): built once
-        from the initial model; callers load every weight they rely on before use."""
+        """A model object reused across calls and clients for `slot` ("workspace", "reference", ...): built once
+        from the initial model; its contents are undefined between calls, so callers load what they rely on."""
         if slot not in self._spares:
             self._spares[slot] = self.new_model()
         return self._spares[slot]
@@ -111,101 +123,94 @@ class Algorithm:
         """State-dict keys that are communicated and averaged. FedAvg: all parameters and buffers."""
         return set(model.state_dict())
 
-    @property
-    def shared(self) -> set[str]:
-        return self._shared
-
     def local_keys(self) -> set[str]:
         """Keys that never leave the client."""
-        return set(self._init_state) - self._shared
+        return set(self.init_state) - self.shared
 
-    def assemble(self, model: nn.Module, msg: Message, state: ClientState) -> nn.Module:
-        """Load into `model` every key: shared ones from the message, local ones from the client state
-        (the initial model's values before the client has trained)."""
-        local = state.get("local", {})
-        load_partial(model, {k: local.get(k, self._init_state[k]) for k in self.local_keys()})
-        load_partial(model, {k: v for k, v in msg.arrays.items() if k in self._init_state})
+    def assemble(self, model: SplitModel, shared: StateDict, local: StateDict) -> SplitModel:
+        """Load into `model` every key: shared ones from `shared`, local ones from `local` (the initial model's
+        values where the client has none yet)."""
+        load_partial(model, {k: local.get(k, self.init_state[k]) for k in self.local_keys()})
+        load_partial(model, {k: v for k, v in shared.items() if k in self.init_state})
         return model
 
     def client_model(self, msg: Message, state: ClientState) -> SplitModel:
-        """The client's working model for this round: a reused workspace (valid until the next call)."""
-        return self.assemble(self.spare_model("workspace"), msg, state)  # type: ignore[return-value]
+        """The client's working model for this call: the reused workspace, fully loaded."""
+        return self.assemble(self.spare_model("workspace"), msg.arrays, state.local)
 
     # ------------------------------------------------------------------ server side
-    def init_server(self) -> ServerState:
-        """Global state: the shared part of the initial model and the server optimizer's state."""
-        return {"global": {k: v.clone() for k, v in self._init_state.items() if k in self._shared}, "opt": {}}
+    def init_server(self) -> S:
+        """The shared part of the initial model and an empty server-optimizer state."""
+        shared = {k: v.clone() for k, v in self.init_state.items() if k in self.shared}
+        return self.server_state_type(model=shared)
 
-    def broadcast(self, server: ServerState, rnd: int, client_id: int) -> Message:
+    def broadcast(self, server: S, info: RoundInfo, client_id: int) -> Message:
         """What the server sends to a client before fit and evaluate."""
-        return Message(arrays=server["global"])
+        return Message(arrays=server.model)
 
-    def aggregate(self, server: ServerState, replies: list[Reply]) -> ServerState:
+    def aggregate(self, server: S, replies: list[Reply], info: RoundInfo) -> S:
         """Weighted (or uniform) average of the clients' shared arrays, then the server optimizer."""
-        if not self._shared:
+        if not self.shared:
             return server
         weights = client_weights([r.num_examples for r in replies], self.server_cfg.aggregation)
-        averaged = average([r.message.arrays for r in replies], weights)
-        new_global, opt_state = self.server_opt.step(server["global"], averaged, server["opt"])
-        return {**server, "global": new_global, "opt": opt_state}
+        averaged = average([{k: r.message.arrays[k] for k in server.model} for r in replies], weights)
+        model, opt = self.server_opt.step(server.model, averaged, server.opt)
+        return dataclasses.replace(server, model=model, opt=opt)
 
-    def server_model(self, server: ServerState) -> SplitModel:
+    def server_model(self, server: S) -> nn.Module:
         """The global model (for pooled evaluation of non-personalized methods)."""
-        return self.assemble(self.new_model(), Message(arrays=server.get("global", {})), {})  # type: ignore
+        return self.assemble(self.new_model(), server.model, {})
+
+    def reply_layout(self, broadcast: Message) -> dict[str, ArraySpec]:
+        """Names, shapes and dtypes of the arrays a fit reply to `broadcast` carries (checked by the Flower
+        server before aggregation). FedAvg: the arrays it received."""
+        return spec_of(broadcast.arrays)
 
     # ------------------------------------------------------------------ client side
-    def init_client(self, client_id: int) -> ClientState:
+    def init_client(self, client_id: int) -> C:
         """Per-client persistent state; empty until the client first trains."""
-        return {}
+        return self.client_state_type()
 
-    def loss(self, model: SplitModel, x: torch.Tensor, y: torch.Tensor, ctx: ClientContext) -> torch.Tensor:
-        """The local objective. FedAvg: cross-entropy."""
-        return cross_entropy(model, x, y)
+    def start(self, msg: Message, state: C, ctx: ClientContext) -> W:
+        """The fit's working set: the received model with the client's local part."""
+        return self.work_type(msg=msg, ctx=ctx, model=self.client_model(msg, state))
 
-    def local_train(self, model: SplitModel, msg: Message, state: ClientState, ctx: ClientContext,
-                    dataset: Dataset | None = None, train_cfg: TrainConfig | None = None,
-                    after_backward: Callable[[], None] | None = None) -> TrainStats:
-        """One round of local SGD on the client's training data (or `dataset`) with `self.loss`;
-        `after_backward` may edit the gradients before each optimizer step (SCAFFOLD's correction)."""
-        cfg = train_cfg or self.train_cfg
-        opt = make_optimizer(model.parameters(), cfg)
-        if cfg.persist_optimizer and "optim" in state:
-            opt.load_state_dict(copy.deepcopy(state["optim"]))  # torch aliases the loaded buffers
-        stats = train_local(model, ctx.data.train if dataset is None else dataset, cfg, ctx.device,
-                            loss_fn=lambda m, x, y: self.loss(m, x, y, ctx), optimizer=opt,
-                            after_backward=after_backward,
-                            where=f"{self.name} client {ctx.client_id} round {ctx.round}")
-        if cfg.persist_optimizer:
-            state["optim"] = copy.deepcopy(opt.state_dict())
-        return stats
+    def loss(self, work: W, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The local objective of the model being trained. FedAvg: cross-entropy."""
+        return cross_entropy(work.model, x, y)
 
-    def fit(self, msg: Message, state: ClientState, ctx: ClientContext) -> tuple[Message, ClientState]:
-        """Train locally from the received model; reply with the shared part, keep the local part."""
-        state = dict(state)
-        model = self.client_model(msg, state)
-        stats = self.local_train(model, msg, state, ctx)
-        state["local"] = state_of(model, self.local_keys())
-        return self.reply(model, stats), state
+    def model_pass(self, work: W, name: str = "local", train: TrainConfig | None = None) -> LocalPass:
+        """Local SGD of `work.model` on `self.loss` with the train config's optimizer (persisted as "model")."""
+        cfg = train or self.train_cfg
+        return LocalPass(name, minimize(lambda x, y: self.loss(work, x, y)),
+                         {"model": OptimSpec.from_train(list(work.model.parameters()), cfg)}, cfg,
+                         modules=(work.model,))
 
-    def reply(self, model: nn.Module, stats: TrainStats) -> Message:
+    def passes(self, work: W) -> list[LocalPass]:
+        """The round's local training. FedAvg: one pass of the model on the loss."""
+        return [self.model_pass(work)]
+
+    def finish(self, work: W, state: C, stats: FitStats) -> tuple[Message, C]:
+        """Reply with the shared part; keep the local part."""
+        return self.reply(work.model, stats), dataclasses.replace(state, local=state_of(work.model, self.local_keys()))
+
+    def reply(self, model: nn.Module, stats: FitStats) -> Message:
         """The fit reply: the shared arrays plus training scalars."""
-        return Message(arrays=state_of(model, self._shared),
-                       scalars={"train_loss": stats.loss, "steps": stats.steps})
+        return Message(arrays=state_of(model, self.shared), scalars={"train_loss": stats.loss, "steps": stats.steps})
 
-    def deploy_model(self, msg: Message, state: ClientState, ctx: ClientContext) -> nn.Module:
+    def deploy(self, msg: Message, state: C, ctx: ClientContext) -> Deployment:
         """The model this client would deploy: received shared part + its local part."""
-        return self.client_model(msg, state)
+        return Deployment(self.client_model(msg, state))
 
     def batched_step(self) -> BatchedStep | None:
         """The local step for the batched runtime, or None: it cannot be batched. Only a class that defines
         this method itself is batched (an inherited declaration does not count: a subclass may change the step)."""
         return None
 
-    def evaluate(self, msg: Message, state: ClientState, ctx: ClientContext, dataset: Dataset) -> dict[str, float]:
-        """Metrics of the deployed model on one of the client's splits."""
-        return evaluate(self.deploy_model(msg, state, ctx), dataset, ctx.device, batch_size=self.train_cfg.batch_size)
 
+class ModelAlgorithm(Algorithm[ServerState, ClientState, Work]):
+    """A method with FedAvg's state types: a shared model on the server, the local keys on the client."""
 
-def shared_state(model: nn.Module, keys: set[str]) -> StateDict:
-    """Convenience for subclasses: a detached CPU copy of the given keys."""
-    return state_of(model, keys)
+    server_state_type = ServerState
+    client_state_type = ClientState
+    work_type = Work

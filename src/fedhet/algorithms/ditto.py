@@ -22,59 +22,93 @@ Choices where the paper is silent or that this implementation makes:
 - The reference w^t is a frozen copy in eval mode (no gradients; BatchNorm uses running statistics).
 - Clients that have never trained deploy the received global model.
 
-Extension point: `personal_loss(personal, reference, x, y, ctx)` is the whole personal objective; a subclass
-(e.g. Ditto + MMD feature constraints) overrides it, using `self.proximal(personal, reference)` for the
-(lam/2)||v - w^t||^2 part and the reference model for the features f_{w^t}(x). The reference and personal
-models are reused buffers (one each per algorithm instance), so forward hooks registered once stay in place.
+Extension point: `personal_loss(work, x, y)` is the whole personal objective; a subclass (e.g. Ditto + MMD
+feature constraints, which derives from `DittoFamily` with its own state and work types) overrides it, using
+`self.proximal(work.personal, work.reference)` for the (lam/2)||v - w^t||^2 part and `work.reference` for the
+features f_{w^t}(x). The reference and personal models are reused buffers (one each per algorithm instance),
+so forward hooks registered once stay in place.
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import torch
 from torch import nn
 
-from fedhet.algorithms.base import Algorithm, BatchedStep, ClientContext, ClientState, PersonalStep
+from fedhet.algorithms.base import Algorithm, BatchedStep, PersonalStep
 from fedhet.algorithms.fedprox import proximal_term
 from fedhet.algorithms.registry import register
 from fedhet.config import TrainConfig
-from fedhet.engine.local import TrainStats, batches, cross_entropy, make_optimizer, optimizer_step, train_local
-from fedhet.engine.messages import Message
-from fedhet.engine.params import state_of
+from fedhet.core.contract import (
+    ClientContext,
+    ClientState,
+    Deployment,
+    FitStats,
+    LocalPass,
+    OptimSpec,
+    Optimizers,
+    ServerState,
+    Work,
+    minimize,
+)
+from fedhet.core.messages import Message
+from fedhet.core.params import StateDict, state_of
 from fedhet.errors import ConfigError
+from fedhet.losses.classification import cross_entropy
 from fedhet.models import SplitModel
 
 SCHEDULES = ("global_then_personal", "tandem")
 
 
-@register
-class Ditto(Algorithm):
+@dataclass(kw_only=True)
+class DittoState(ClientState):
+    """The client's personal model v (None before its first round)."""
+
+    personal: StateDict | None = None
+
+
+@dataclass(kw_only=True)
+class DittoWork(Work):
+    """The fit's w (`model`), the frozen round-start global model w^t and the personal model v."""
+
+    reference: SplitModel
+    personal: SplitModel
+
+
+DS = TypeVar("DS", bound=DittoState)
+DW = TypeVar("DW", bound=DittoWork)
+
+
+@dataclass
+class DittoParams:
+    """lam: weight of (lam/2)||v - w||^2 (>= 0); personal_epochs: epochs of v per round (None: as w);
+    schedule: global_then_personal | tandem."""
+
+    lam: float = 0.1
+    personal_epochs: int | None = None
+    schedule: str = "global_then_personal"
+
+    def validate(self) -> None:
+        if not self.lam >= 0:
+            raise ConfigError(f"ditto: lam must be >= 0, got {self.lam}")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"ditto: schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.personal_epochs is not None and self.personal_epochs < 1:
+            raise ConfigError(f"ditto: personal_epochs must be >= 1 (or null), got {self.personal_epochs}")
+        if self.personal_epochs is not None and self.schedule == "tandem":
+            raise ConfigError("ditto: personal_epochs applies to schedule global_then_personal only; "
+                              "with tandem, v takes one step per step of w")
+
+
+class DittoFamily(Algorithm[ServerState, DS, DW]):
     """FedAvg on w; a personal model v per client, pulled towards the round's global model."""
 
-    name = "ditto"
     personalized = True
-
-    @dataclass
-    class Params:
-        """lam: weight of (lam/2)||v - w||^2 (>= 0); personal_epochs: epochs of v per round (None: as w);
-        schedule: global_then_personal | tandem."""
-
-        lam: float = 0.1
-        personal_epochs: int | None = None
-        schedule: str = "global_then_personal"
-
-        def validate(self) -> None:
-            if not self.lam >= 0:
-                raise ConfigError(f"ditto: lam must be >= 0, got {self.lam}")
-            if self.schedule not in SCHEDULES:
-                raise ConfigError(f"ditto: schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
-            if self.personal_epochs is not None and self.personal_epochs < 1:
-                raise ConfigError(f"ditto: personal_epochs must be >= 1 (or null), got {self.personal_epochs}")
-            if self.personal_epochs is not None and self.schedule == "tandem":
-                raise ConfigError("ditto: personal_epochs applies to schedule global_then_personal only; "
-                                  "with tandem, v takes one step per step of w")
+    server_state_type = ServerState
+    Params = DittoParams
 
     # ------------------------------------------------------------------ the personal objective
     def reference_model(self, model: nn.Module) -> SplitModel:
@@ -84,10 +118,10 @@ class Ditto(Algorithm):
         reference.eval().requires_grad_(False)
         return reference
 
-    def personal_model(self, state: ClientState, fallback: nn.Module) -> SplitModel:
+    def personal_model(self, state: DittoState, fallback: nn.Module) -> SplitModel:
         """The client's personal model v, loaded from its state (before its first round: `fallback`'s weights)."""
         personal = self.spare_model("personal")
-        personal.load_state_dict(state["personal"] if "personal" in state else fallback.state_dict())
+        personal.load_state_dict(state.personal if state.personal is not None else fallback.state_dict())
         return personal
 
     def proximal(self, personal: nn.Module, reference: nn.Module) -> torch.Tensor:
@@ -96,67 +130,64 @@ class Ditto(Algorithm):
         pairs = [(p, ref[n]) for n, p in personal.named_parameters() if p.requires_grad]
         return 0.5 * self.params.lam * proximal_term([p for p, _ in pairs], [r for _, r in pairs])
 
-    def personal_loss(self, personal: SplitModel, reference: SplitModel, x: torch.Tensor, y: torch.Tensor,
-                      ctx: ClientContext) -> torch.Tensor:
+    def personal_loss(self, work: DW, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Ditto's personal objective h_k(v; w^t) = CE(v(x), y) + (lam/2)||v - w^t||^2 (override to extend)."""
-        return cross_entropy(personal, x, y) + self.proximal(personal, reference)
+        return cross_entropy(work.personal, x, y) + self.proximal(work.personal, work.reference)
 
     # ------------------------------------------------------------------ client side
-    def fit(self, msg: Message, state: ClientState, ctx: ClientContext) -> tuple[Message, ClientState]:
-        """Train w (sent back) and v (kept in the returned state) from the received w^t."""
-        state = dict(state)
+    def start(self, msg: Message, state: DS, ctx: ClientContext) -> DW:
+        """w from the message, w^t its frozen copy, v from the state (w^t's weights before the first round)."""
         model = self.client_model(msg, state)
         reference = self.reference_model(model)
-        personal = self.personal_model(state, reference)
-        if self.params.schedule == "tandem":
-            stats = self.train_tandem(model, personal, reference, state, ctx)
-        else:
-            stats = self.local_train(model, msg, state, ctx)
-            self.train_personal(personal, reference, ctx)
-        state["local"] = state_of(model, self.local_keys())
-        state["personal"] = state_of(personal)
-        return self.reply(model, stats), state
+        return self.work_type(msg=msg, ctx=ctx, model=model, reference=reference,
+                              personal=self.personal_model(state, reference))
 
     def personal_train_config(self) -> TrainConfig:
         """The local work of the v pass: `personal_epochs` epochs, or (None) the train config's."""
         epochs = self.params.personal_epochs
         return self.train_cfg if epochs is None else replace(self.train_cfg, local_epochs=epochs, local_steps=None)
 
+    def passes(self, work: DW) -> list[LocalPass]:
+        """global_then_personal: the w pass, then the v pass (fresh optimizer); tandem: per mini-batch one step
+        of w, then one of v on the same batch."""
+        personal_opt = {"personal": OptimSpec.from_train(list(work.personal.parameters()), self.personal_train_config(),
+                                                         persist=False)}
+        if self.params.schedule != "tandem":
+            return [self.model_pass(work),
+                    LocalPass("personal", minimize(lambda x, y: self.personal_loss(work, x, y), "personal"),
+                              personal_opt, self.personal_train_config(), modules=(work.personal,), report=False)]
+
+        def tandem(x: torch.Tensor, y: torch.Tensor, optimizers: Optimizers) -> torch.Tensor:
+            loss = self.loss(work, x, y)
+            optimizers.step(loss, "model")
+            optimizers.step(self.personal_loss(work, x, y), "personal")
+            return loss
+
+        both = {"model": OptimSpec.from_train(list(work.model.parameters()), self.train_cfg), **personal_opt}
+        return [LocalPass("local", tandem, both, self.train_cfg, modules=(work.model, work.personal))]
+
+    def finish(self, work: DW, state: DS, stats: FitStats) -> tuple[Message, DS]:
+        """Send w; keep w's local keys and v."""
+        return self.reply(work.model, stats), dataclasses.replace(
+            state, local=state_of(work.model, self.local_keys()), personal=state_of(work.personal))
+
+    def deploy(self, msg: Message, state: DS, ctx: ClientContext) -> Deployment:
+        """The personal model v (the received global model for a client that has not trained yet)."""
+        if state.personal is None:
+            return Deployment(self.client_model(msg, state))
+        return Deployment(self.personal_model(state, self.spare_model("personal")))
+
+
+@register
+class Ditto(DittoFamily[DittoState, DittoWork]):
+    """Ditto with its own objective (Li et al. 2021, eq. 2)."""
+
+    name = "ditto"
+    client_state_type = DittoState
+    work_type = DittoWork
+
     def batched_step(self) -> BatchedStep:
         """w: FedAvg's step; v: the personal objective with its own (fresh) optimizer. Only for this class:
         a subclass that extends `personal_loss` (Ditto + MMD) is not batched."""
         return BatchedStep(personal=PersonalStep(lam=self.params.lam, tandem=self.params.schedule == "tandem",
                                                  train=self.personal_train_config()))
-
-    def train_personal(self, personal: SplitModel, reference: SplitModel, ctx: ClientContext) -> TrainStats:
-        """The v pass of schedule global_then_personal."""
-        cfg = self.personal_train_config()
-        return train_local(personal, ctx.data.train, cfg, ctx.device,
-                           loss_fn=lambda m, x, y: self.personal_loss(m, reference, x, y, ctx),  # type: ignore
-                           where=f"{self.name} personal model, client {ctx.client_id} round {ctx.round}")
-
-    def train_tandem(self, model: SplitModel, personal: SplitModel, reference: SplitModel, state: ClientState,
-                     ctx: ClientContext) -> TrainStats:
-        """Schedule tandem: for each mini-batch one SGD step of w (FedAvg loss), then one of v."""
-        cfg = self.train_cfg
-        opt_w, opt_v = make_optimizer(model.parameters(), cfg), make_optimizer(personal.parameters(), cfg)
-        if cfg.persist_optimizer and "optim" in state:
-            opt_w.load_state_dict(copy.deepcopy(state["optim"]))  # torch aliases the loaded buffers
-        model.train()
-        personal.train()
-        where = f"{self.name} client {ctx.client_id} round {ctx.round}"
-        total, steps, seen = 0.0, 0, 0
-        for x, y in batches(ctx.data.train, cfg, device=ctx.device):
-            total += optimizer_step(model, opt_w, self.loss(model, x, y, ctx), where, cfg.grad_clip)
-            optimizer_step(personal, opt_v, self.personal_loss(personal, reference, x, y, ctx), where + " (personal)",
-                           cfg.grad_clip)
-            steps, seen = steps + 1, seen + len(y)
-        if cfg.persist_optimizer:
-            state["optim"] = copy.deepcopy(opt_w.state_dict())
-        return TrainStats(loss=total / max(steps, 1), steps=steps, examples=seen)
-
-    def deploy_model(self, msg: Message, state: ClientState, ctx: ClientContext) -> nn.Module:
-        """The personal model v (the received global model for a client that has not trained yet)."""
-        if "personal" not in state:
-            return self.client_model(msg, state)
-        return self.personal_model(state, self.spare_model("personal"))

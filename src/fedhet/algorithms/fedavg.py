@@ -5,12 +5,12 @@ With `server.optimizer`/`server.lr`/`server.momentum` this is also FedAvgM and F
 
 from __future__ import annotations
 
-from fedhet.algorithms.base import Algorithm, BatchedStep
+from fedhet.algorithms.base import BatchedStep, ModelAlgorithm
 from fedhet.algorithms.registry import register
 
 
 @register
-class FedAvg(Algorithm):
+class FedAvg(ModelAlgorithm):
     """Every parameter and buffer is shared; the base class implements the whole method."""
 
     name = "fedavg"

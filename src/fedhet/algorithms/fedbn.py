@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from torch import nn
 
-from fedhet.algorithms.base import Algorithm, BatchedStep
+from fedhet.algorithms.base import BatchedStep, ModelAlgorithm
 from fedhet.algorithms.registry import register
-from fedhet.engine.params import BN_TYPES, keys_of_types
+from fedhet.core.params import BN_TYPES, keys_of_types
 from fedhet.errors import ConfigError
 
 
 @register
-class FedBN(Algorithm):
+class FedBN(ModelAlgorithm):
     """Local BatchNorm; everything else averaged."""
 
     name = "fedbn"

@@ -20,18 +20,16 @@ Choices where the paper is silent or that this implementation makes:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
-from torch.utils.data import Dataset
 
-from fedhet.algorithms.base import Algorithm, BatchedStep, ClientContext, ClientState
+from fedhet.algorithms.base import Algorithm, BatchedStep
 from fedhet.algorithms.registry import register
-from fedhet.config import TrainConfig
-from fedhet.engine.local import TrainStats, cross_entropy
-from fedhet.engine.messages import Message
+from fedhet.core.contract import ClientContext, ClientState, ServerState, Work
+from fedhet.core.messages import Message
 from fedhet.errors import ConfigError
-from fedhet.models import SplitModel
+from fedhet.losses.classification import cross_entropy
 
 
 def proximal_term(params: Sequence[torch.Tensor], anchor: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -46,12 +44,21 @@ def trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+@dataclass(kw_only=True)
+class ProxWork(Work):
+    """The fit's model and the frozen round-start copy of its trainable parameters, w^t."""
+
+    anchor: tuple[torch.Tensor, ...] = field(default=())
+
+
 @register
-class FedProx(Algorithm):
+class FedProx(Algorithm[ServerState, ClientState, ProxWork]):
     """FedAvg whose local loss adds (mu/2)||w - w_global||^2 over the trainable parameters."""
 
     name = "fedprox"
-    _anchor: tuple[torch.Tensor, ...] = ()  # the round-start parameters, set only while local_train runs
+    server_state_type = ServerState
+    client_state_type = ClientState
+    work_type = ProxWork
 
     @dataclass
     class Params:
@@ -63,22 +70,18 @@ class FedProx(Algorithm):
             if not self.mu >= 0:
                 raise ConfigError(f"fedprox: mu must be >= 0, got {self.mu}")
 
-    def local_train(self, model: SplitModel, msg: Message, state: ClientState, ctx: ClientContext,
-                    dataset: Dataset | None = None, train_cfg: TrainConfig | None = None) -> TrainStats:
-        """Freeze a copy of the round-start trainable parameters as the anchor, then train as FedAvg."""
-        self._anchor = tuple(p.detach().clone() for p in trainable(model))
-        try:
-            return super().local_train(model, msg, state, ctx, dataset, train_cfg)
-        finally:  # the anchor lives for one fit only; nothing per client stays on the instance
-            self._anchor = ()
+    def start(self, msg: Message, state: ClientState, ctx: ClientContext) -> ProxWork:
+        """The received model and a frozen copy of its trainable parameters as the anchor."""
+        model = self.client_model(msg, state)
+        return ProxWork(msg=msg, ctx=ctx, model=model, anchor=tuple(p.detach().clone() for p in trainable(model)))
 
     def batched_step(self) -> BatchedStep:
         """Cross-entropy plus the proximal term towards the round-start parameters."""
         return BatchedStep(prox_mu=self.params.mu)
 
-    def loss(self, model: SplitModel, x: torch.Tensor, y: torch.Tensor, ctx: ClientContext) -> torch.Tensor:
+    def loss(self, work: ProxWork, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Cross-entropy plus (mu/2)||w - w_global||^2."""
-        ce = cross_entropy(model, x, y)
-        if self.params.mu == 0 or not self._anchor:
+        ce = cross_entropy(work.model, x, y)
+        if self.params.mu == 0 or not work.anchor:
             return ce
-        return ce + 0.5 * self.params.mu * proximal_term(trainable(model), self._anchor)
+        return ce + 0.5 * self.params.mu * proximal_term(trainable(work.model), work.anchor)

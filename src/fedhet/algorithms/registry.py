@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 from fedhet.algorithms.base import Algorithm
 from fedhet.registry import Registry
 
-ALGORITHMS: Registry[type[Algorithm]] = Registry("method")
+AlgorithmClass = type[Algorithm[Any, Any, Any]]
+ALGORITHMS: Registry[AlgorithmClass] = Registry("method")
+T = TypeVar("T", bound=AlgorithmClass)
 
 
-def register(cls: type[Algorithm]) -> type[Algorithm]:
+def register(cls: T) -> T:
     """Class decorator: register an algorithm under its `name`."""
-    return ALGORITHMS.register(cls.name)(cls)
+    ALGORITHMS.register(cls.name)(cls)
+    return cls

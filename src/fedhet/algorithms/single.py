@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from torch import nn
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import ModelAlgorithm
 from fedhet.algorithms.registry import register
 
 
 @register
-class Single(Algorithm):
+class Single(ModelAlgorithm):
     """No shared keys: the whole model is client state; a 'round' is one local training pass."""
 
     name = "single"

@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 
-from fedhet.engine.atomic import atomic_torch_save
+from fedhet.core.atomic import atomic_torch_save
 from fedhet.errors import CheckpointError
 
-FORMAT = 2
+FORMAT = 3  # 3: typed client / server states (contract v2)
 IGNORED_SECTIONS = ("name", "label", "sweep", "rounds")
 IGNORED_DATA_KEYS = ("download",)
 # Fault-tolerance settings: they change nothing while every client answers, and a resumed run may alter them.

@@ -10,10 +10,11 @@ from typing import Any
 import torch
 from threadpoolctl import threadpool_limits
 
-from fedhet.algorithms import ALGORITHMS, Algorithm, ClientContext
+from fedhet.algorithms import ALGORITHMS, Algorithm
 from fedhet.config import ExperimentConfig, from_dict
+from fedhet.core.contract import ClientContext, RoundInfo
 from fedhet.data import ClientData, FederatedData, build_federated_data
-from fedhet.engine.seeding import seeded
+from fedhet.core.seeding import seeded
 from fedhet.errors import ConfigError
 from fedhet.models import SplitModel, build_model
 
@@ -36,15 +37,19 @@ class Experiment:
     config: ExperimentConfig
     data: FederatedData
     device: torch.device
-    algorithm: Algorithm
+    algorithm: Algorithm[Any, Any, Any]
     model_fn: Callable[[], SplitModel]
 
+    def round_info(self, rnd: int) -> RoundInfo:
+        """Round `rnd` of this run, as the algorithm sees it."""
+        return RoundInfo(round=rnd, rounds=self.config.rounds, num_clients=len(self.data.clients),
+                         seed=self.config.seed)
+
     def context(self, client_id: int, rnd: int, data: ClientData | None = None) -> ClientContext:
-        return ClientContext(client_id=client_id, round=rnd,
+        """What client `client_id` knows in round `rnd` (its own data unless `data` is given)."""
+        return ClientContext(client_id=client_id, info=self.round_info(rnd),
                              data=data if data is not None else self.data.clients[client_id],
-                             device=self.device, num_classes=self.data.num_classes,
-                             extra={"rounds": self.config.rounds, "seed": self.config.seed,
-                                    "num_clients": len(self.data.clients)})
+                             device=self.device, num_classes=self.data.num_classes)
 
 
 def make_model_fn(cfg: ExperimentConfig, data: FederatedData) -> Callable[[], SplitModel]:
@@ -59,7 +64,7 @@ def make_model_fn(cfg: ExperimentConfig, data: FederatedData) -> Callable[[], Sp
 
 
 def build_algorithm(cfg: ExperimentConfig, data: FederatedData, device: torch.device,
-                    model_fn: Callable[[], SplitModel]) -> Algorithm:
+                    model_fn: Callable[[], SplitModel]) -> Algorithm[Any, Any, Any]:
     """Instantiate the configured method with its validated `method_args`."""
     return ALGORITHMS.get(cfg.method)(method_params(cfg), model_fn, cfg.train, cfg.server, data.num_classes, device)
 

@@ -1,165 +1,150 @@
-"""Local training and evaluation on one client: optimizer, mini-batch loop, NaN guard, metrics."""
+"""The engine's local loop: one client's fit as fedjax's client_init / client_step / client_final.
+
+`fit_client` calls `Algorithm.start` (the fit's `Work`), runs each `LocalPass` of `Algorithm.passes` (builds
+its optimizers, restores and saves the persisted ones, puts its modules in train mode, freezes what it
+freezes, draws its mini-batches from the RNG the runtime seeded by (seed, round, client), checks every loss
+for NaN / inf, counts steps and examples), then `Algorithm.finish` (the reply and the new client state).
+Algorithms never write this loop; they supply the step.
+"""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import copy
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
+from fedhet.algorithms.base import Algorithm
 from fedhet.config import TrainConfig
-from fedhet.errors import TrainingDivergedError
+from fedhet.core.contract import ClientContext, ClientState, FitStats, LocalPass, OptimSpec, PassStats, minimize
+from fedhet.core.messages import Message
+from fedhet.core.params import frozen
+from fedhet.engine.batching import batches
+from fedhet.engine.evaluation import evaluate
+from fedhet.engine.finite import check_finite
+from fedhet.losses.classification import cross_entropy
 
-LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def make_optimizer(params: Iterator[nn.Parameter] | list, cfg: TrainConfig, lr: float | None = None
-                   ) -> torch.optim.Optimizer:
-    """SGD (with momentum / weight decay), Adam (L2 weight decay) or AdamW (decoupled), from the train config."""
-    lr = cfg.lr if lr is None else lr
-    params = [p for p in params if p.requires_grad]
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay)
-    return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+AnyAlgorithm = Algorithm[Any, Any, Any]
 
 
-def batches(dataset: Dataset, cfg: TrainConfig, generator: torch.Generator | None = None,
-            device: torch.device | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Shuffled mini-batches for one round: `local_steps` batches if set, else `local_epochs` epochs.
-
-    Shuffling draws from `generator` (or torch's global RNG, which the engine seeds per client and round).
-    A last batch of a single sample is dropped from each pass (`drops_singleton`): BatchNorm cannot train on
-    one sample, and the sample is back in the next pass's shuffle.
-    """
-    n = len(dataset)  # type: ignore[arg-type]
-    if n == 0:
-        return
-    bs = min(cfg.batch_size, n)
-    loader = DataLoader(dataset, batch_size=bs, shuffle=True, drop_last=drops_singleton(n, bs), generator=generator)
-    steps = num_steps(n, cfg)
-    done = 0
-    while done < steps:
-        for x, y in loader:
-            if device is not None:
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            yield x, y
-            done += 1
-            if done >= steps:
-                return
+def build_optimizer(spec: OptimSpec) -> torch.optim.Optimizer:
+    """SGD (momentum, weight decay), Adam (L2 weight decay) or AdamW (decoupled) over the trainable params."""
+    params = [p for p in spec.params if p.requires_grad]
+    if spec.kind == "adam":
+        return torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
+    if spec.kind == "adamw":
+        return torch.optim.AdamW(params, lr=spec.lr, weight_decay=spec.weight_decay)
+    return torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
 
 
-def drops_singleton(n: int, batch_size: int) -> bool:
-    """Whether a pass over n samples in batches of `batch_size` would end with a batch of one (then dropped)."""
-    return n > 1 and n % batch_size == 1
+def make_optimizer(params: Iterable[nn.Parameter], cfg: TrainConfig, lr: float | None = None) -> torch.optim.Optimizer:
+    """The train config's optimizer over `params` (those with requires_grad)."""
+    return build_optimizer(OptimSpec.from_train(list(params), cfg, lr))
 
 
-def num_steps(n: int, cfg: TrainConfig) -> int:
-    """How many mini-batches `batches` yields for a dataset of size n."""
-    if n == 0:
-        return 0
-    bs = min(cfg.batch_size, n)
-    per_epoch = n // bs if drops_singleton(n, bs) else math.ceil(n / bs)
-    return cfg.local_steps if cfg.local_steps is not None else cfg.local_epochs * per_epoch
+class PassOptimizers:
+    """The optimizers of one running pass (`fedhet.core.contract.Optimizers`)."""
+
+    def __init__(self, specs: dict[str, OptimSpec], saved: dict[str, dict[str, Any]], where: str) -> None:
+        self.specs, self.where = specs, where
+        self.optims = {name: build_optimizer(spec) for name, spec in specs.items()}
+        for name, spec in specs.items():
+            if spec.persist and name in saved:  # torch aliases loaded buffers: load a copy
+                self.optims[name].load_state_dict(copy.deepcopy(saved[name]))
+
+    def step(self, loss: torch.Tensor, name: str = "model") -> None:
+        spec, opt = self.specs[name], self.optims[name]
+        check_finite(loss, self.where if name == "model" else f"{self.where} ({name})")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if spec.after_backward is not None:
+            spec.after_backward()
+        if spec.grad_clip is not None:
+            nn.utils.clip_grad_norm_(spec.params, spec.grad_clip)
+        opt.step()
+
+    def step_each(self, losses: dict[str, torch.Tensor]) -> None:
+        for name, loss in losses.items():
+            check_finite(loss, f"{self.where} ({name})")
+        grads = {name: torch.autograd.grad(loss, list(self.specs[name].params), retain_graph=True, allow_unused=True)
+                 for name, loss in losses.items()}
+        for name, gs in grads.items():
+            spec = self.specs[name]
+            for param, g in zip(spec.params, gs, strict=True):
+                param.grad = g
+            if spec.after_backward is not None:
+                spec.after_backward()
+            if spec.grad_clip is not None:
+                nn.utils.clip_grad_norm_(spec.params, spec.grad_clip)
+            self.optims[name].step()
+
+    def persisted(self) -> dict[str, dict[str, Any]]:
+        """Copies of the states of the optimizers marked `persist`."""
+        return {name: copy.deepcopy(self.optims[name].state_dict()) for name, spec in self.specs.items()
+                if spec.persist}
 
 
-DIVERGED_ADVICE = (
-    "lower train.lr (or server.lr), add train.grad_clip, or check the data for NaNs. The checkpoint of the last "
-    "finite round is kept: continue it with `--resume --allow-config-change KEY[,KEY...]` naming every key you "
-    "changed (e.g. train.lr), or start again with `--overwrite`.")
+def run_pass(local_pass: LocalPass, saved: dict[str, dict[str, Any]], where: str, default_data: Dataset[Any],
+             device: torch.device) -> tuple[PassStats, dict[str, dict[str, Any]]]:
+    """Run one pass over its mini-batches; returns its statistics and its persisted optimizer states."""
+    with frozen(local_pass.frozen):
+        optimizers = PassOptimizers(local_pass.optimizers, saved, where)
+        for module in local_pass.modules:
+            module.train()
+        data = local_pass.data if local_pass.data is not None else default_data
+        total, steps, seen = 0.0, 0, 0
+        for x, y in batches(data, local_pass.train, device=device):
+            total += float(local_pass.step(x, y, optimizers).detach())
+            steps, seen = steps + 1, seen + len(y)
+    return PassStats(loss=total / max(steps, 1), steps=steps, examples=seen), optimizers.persisted()
 
 
-def check_finite(loss: torch.Tensor, where: str) -> None:
-    """Stop with a clear message when the loss is NaN or infinite."""
-    if not torch.isfinite(loss).all():
-        raise TrainingDivergedError(f"loss became {loss.item()} in {where}; {DIVERGED_ADVICE}")
+def where_of(alg: AnyAlgorithm, ctx: ClientContext, local_pass: LocalPass) -> str:
+    """How a NaN message names the place: method, pass, client, round."""
+    part = "" if local_pass.name == "local" else f" {local_pass.name}"
+    return f"{alg.name}{part} client {ctx.client_id} round {ctx.round}"
 
 
-def first_nonfinite(tree: object, path: str = "") -> str | None:
-    """The dotted path of the first floating-point tensor holding NaN / inf in a nested dict / list of tensors
-    (a server state), or None when all are finite."""
-    if isinstance(tree, torch.Tensor):
-        return path if tree.is_floating_point() and not bool(torch.isfinite(tree).all()) else None
-    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, (list, tuple)) else ()
-    for key, value in items:
-        found = first_nonfinite(value, f"{path}.{key}" if path else str(key))
-        if found is not None:
-            return found
-    return None
+def fit_client(alg: AnyAlgorithm, msg: Message, state: ClientState, ctx: ClientContext
+               ) -> tuple[Message, ClientState]:
+    """One client's local training from the received `msg`: start, passes, finish. `state` is not modified."""
+    work = alg.start(msg, state, ctx)
+    stats, optim = FitStats(), dict(state.optim)
+    for local_pass in alg.passes(work):
+        done, saved = run_pass(local_pass, state.optim, where_of(alg, ctx, local_pass), ctx.data.train, ctx.device)
+        optim.update(saved)
+        stats.passes[local_pass.name] = done
+        if local_pass.report:
+            stats.loss, stats.steps, stats.examples = done.loss, done.steps, done.examples
+    reply, new_state = alg.finish(work, state, stats)
+    return reply, dataclasses.replace(new_state, optim=optim)
 
 
-def cross_entropy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The plain supervised loss."""
-    return nn.functional.cross_entropy(model(x), y)
+def deployed_model(alg: AnyAlgorithm, msg: Message, state: ClientState, ctx: ClientContext
+                   ) -> tuple[nn.Module, int]:
+    """The model the client deploys (after the deployment's own passes) and its evaluation batch size."""
+    deployment = alg.deploy(msg, state, ctx)
+    for local_pass in deployment.passes:
+        run_pass(local_pass, {}, where_of(alg, ctx, local_pass), ctx.data.train, ctx.device)
+    return deployment.model, deployment.batch_size or alg.train_cfg.batch_size
 
 
-def optimizer_step(model: nn.Module, opt: torch.optim.Optimizer, loss: torch.Tensor, where: str,
-                   grad_clip: float | None = None, after_backward: Callable[[], None] | None = None) -> float:
-    """One optimizer step on `loss`: NaN guard, backward, optional gradient edit and clipping, step."""
-    check_finite(loss, where)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    if after_backward is not None:
-        after_backward()
-    if grad_clip is not None:
-        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    opt.step()
-    return float(loss.detach())
+def evaluate_client(alg: AnyAlgorithm, msg: Message, state: ClientState, ctx: ClientContext,
+                    dataset: Dataset[Any]) -> dict[str, float]:
+    """Metrics of the client's deployed model on one of its splits."""
+    model, batch_size = deployed_model(alg, msg, state, ctx)
+    return evaluate(model, dataset, ctx.device, batch_size=batch_size)
 
 
-@dataclass
-class TrainStats:
-    """What a local training pass reports back."""
-
-    loss: float
-    steps: int
-    examples: int
-
-
-def train_local(model: nn.Module, dataset: Dataset, cfg: TrainConfig, device: torch.device,
-                loss_fn: LossFn = cross_entropy, optimizer: torch.optim.Optimizer | None = None,
-                after_backward: Callable[[], None] | None = None, where: str = "local training",
-                lr: float | None = None) -> TrainStats:
-    """Run one round of local SGD on `model` (in place) and return the mean loss."""
-    model.train()
-    opt = optimizer if optimizer is not None else make_optimizer(model.parameters(), cfg, lr)
-    total, steps, seen = 0.0, 0, 0
-    for x, y in batches(dataset, cfg, device=device):
-        total += optimizer_step(model, opt, loss_fn(model, x, y), where, cfg.grad_clip, after_backward)
-        steps += 1
-        seen += len(y)
-    return TrainStats(loss=total / max(steps, 1), steps=steps, examples=seen)
-
-
-def balanced_accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    """Mean per-class recall over the classes present in y_true."""
-    classes = np.unique(y_true)
-    if len(classes) == 0:
-        return float("nan")
-    return float(np.mean([(y_pred[y_true == c] == c).mean() for c in classes]))
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, dataset: Dataset, device: torch.device, batch_size: int = 256
-             ) -> dict[str, float]:
-    """Accuracy, balanced accuracy and mean cross-entropy of `model` on `dataset`."""
-    model.eval()
-    n = len(dataset)  # type: ignore[arg-type]
-    if n == 0:
-        return {"accuracy": float("nan"), "balanced_accuracy": float("nan"), "loss": float("nan"),
-                "num_examples": 0}
-    loss_sum, preds, labels = 0.0, [], []
-    for x, y in DataLoader(dataset, batch_size=batch_size, shuffle=False):
-        x, y = x.to(device), y.to(device)
-        logits = model(x)
-        loss_sum += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
-        preds.append(logits.argmax(1).cpu().numpy())
-        labels.append(y.cpu().numpy())
-    y_true, y_pred = np.concatenate(labels), np.concatenate(preds)
-    return {"accuracy": float((y_true == y_pred).mean()), "balanced_accuracy": balanced_accuracy(y_true, y_pred),
-            "loss": loss_sum / n, "num_examples": n}
+def train_local(model: nn.Module, dataset: Dataset[Any], cfg: TrainConfig, device: torch.device,
+                loss_fn: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy,
+                where: str = "local training", lr: float | None = None) -> PassStats:
+    """One pass of local SGD on a single model (benchmarks and tests): the engine's loop, nothing else."""
+    local_pass = LocalPass("local", minimize(lambda x, y: loss_fn(model, x, y)),
+                           {"model": OptimSpec.from_train(list(model.parameters()), cfg, lr, persist=False)},
+                           cfg, data=dataset, modules=(model,))
+    return run_pass(local_pass, {}, where, dataset, device)[0]

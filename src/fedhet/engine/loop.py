@@ -14,10 +14,11 @@ from tqdm.auto import tqdm
 from fedhet.config import ExperimentConfig
 from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.engine.experiment import Experiment, build_experiment
-from fedhet.engine.local import DIVERGED_ADVICE, evaluate, first_nonfinite
+from fedhet.engine.evaluation import evaluate
+from fedhet.engine.finite import DIVERGED_ADVICE, first_nonfinite
 from fedhet.engine.rundir import RunDirectory, check_writable_path, client_rows, start_check
 from fedhet.engine.sampling import sample_clients
-from fedhet.engine.seeding import seeded
+from fedhet.core.seeding import seeded
 from fedhet.engine.signals import StopSignals
 from fedhet.errors import ConfigError, FedhetError, TrainingDivergedError
 from fedhet.runtimes.inprocess import InProcessClients
@@ -155,10 +156,11 @@ class RoundLoop:
         n = self.clients.num_train_clients
         sampled = sample_clients(self.cfg.seed, rnd, n, self.cfg.server.fraction_fit,
                                  self.cfg.server.min_fit_clients)
-        messages = {cid: self.alg.broadcast(self.server, rnd, cid) for cid in sampled}
+        info = self.exp.round_info(rnd)
+        messages = {cid: self.alg.broadcast(self.server, info, cid) for cid in sampled}
         replies = self.clients.fit(rnd, messages)
         with seeded(self.cfg.seed, rnd, "aggregate"):
-            self.server = self.alg.aggregate(self.server, replies)
+            self.server = self.alg.aggregate(self.server, replies, info)
         bad = first_nonfinite(self.server)
         if bad is not None:  # a finite last loss can still leave infinite weights: never commit them
             raise TrainingDivergedError(f"the server state {bad} became NaN/inf after aggregation in round {rnd}; "
@@ -167,7 +169,8 @@ class RoundLoop:
     def evaluate_round(self, rnd: int) -> float:
         """Evaluate every client's deployed model; returns the average test accuracy."""
         n = len(self.exp.data.clients)
-        messages = {cid: self.alg.broadcast(self.server, rnd, 0 if self.alg.centralized else cid)
+        info = self.exp.round_info(rnd)
+        messages = {cid: self.alg.broadcast(self.server, info, 0 if self.alg.centralized else cid)
                     for cid in range(n)}
         rows = client_rows(rnd, "test", self.clients.evaluate(rnd, messages, "test"))
         if self.cfg.eval.val:

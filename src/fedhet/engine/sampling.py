@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from fedhet.engine.seeding import numpy_rng
+from fedhet.core.seeding import numpy_rng
 
 
 def sample_clients(seed: int, rnd: int, num_clients: int, fraction: float, minimum: int = 1) -> list[int]:

@@ -6,11 +6,12 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from fedhet.algorithms import ClientState
+from fedhet.core.contract import ClientState
 from fedhet.data import ClientData
 from fedhet.engine.experiment import Experiment
-from fedhet.engine.messages import Message, Reply
-from fedhet.engine.seeding import seeded
+from fedhet.engine.local import evaluate_client, fit_client
+from fedhet.core.messages import Message, Reply
+from fedhet.core.seeding import seeded
 
 
 class InProcessClients:
@@ -35,7 +36,7 @@ class InProcessClients:
         for cid, msg in messages.items():
             ctx = self.exp.context(cid, rnd, self.train_data[cid])
             with seeded(self.exp.config.seed, rnd, cid, "fit"):
-                out, new_states[cid] = self.alg.fit(msg, self.states[cid], ctx)
+                out, new_states[cid] = fit_client(self.alg, msg, self.states[cid], ctx)
             replies.append(Reply(cid, out, ctx.data.num_train))
         self.states = new_states
         return replies
@@ -44,13 +45,13 @@ class InProcessClients:
         """Metrics of each client's deployed model on its own split ('test' or 'val')."""
         results = {}
         for cid, client in enumerate(self.exp.data.clients):
-            dataset: Dataset | None = getattr(client, split)
+            dataset: Dataset[Any] | None = getattr(client, split)
             if dataset is None:
                 continue
             state = self.states[0] if self.alg.centralized else self.states[cid]
             ctx = self.exp.context(cid, rnd)
             with seeded(self.exp.config.seed, rnd, cid, "evaluate"):
-                results[client.name] = self.alg.evaluate(messages[cid], state, ctx, dataset)
+                results[client.name] = evaluate_client(self.alg, messages[cid], state, ctx, dataset)
         return results
 
     def get_states(self) -> dict[int, Any]:

@@ -25,8 +25,8 @@ import torch
 from torch.utils.data import Dataset
 
 from fedhet.config import TrainConfig
-from fedhet.engine.local import batches, num_steps
-from fedhet.engine.seeding import seeded
+from fedhet.engine.batching import batches, num_steps
+from fedhet.core.seeding import seeded
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

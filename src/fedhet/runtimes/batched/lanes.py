@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from fedhet.engine.local import DIVERGED_ADVICE, TrainStats
-from fedhet.engine.params import StateDict
+from fedhet.core.contract import PassStats
+from fedhet.engine.finite import DIVERGED_ADVICE
+from fedhet.core.params import StateDict
 from fedhet.errors import TrainingDivergedError
 from fedhet.runtimes.batched.data import Batch, BatchStream, stack_batches
 from fedhet.runtimes.batched.optim import FunctionalOptimizer, OptState
@@ -45,7 +46,7 @@ class LaneResult:
 
     state: StateDict
     optim: dict | None
-    stats: TrainStats
+    stats: PassStats
 
 
 def _stack(dicts: Sequence[dict[str, torch.Tensor]], keys: Sequence[str], device: torch.device
@@ -127,5 +128,5 @@ class LaneTrainer:
         if keep_optim:
             own = {slot: {k: v[i].detach().cpu() for k, v in tensors.items()} for slot, tensors in opt_state.items()}
             optim = self.optimizer.to_torch(own, self.model.param_names)
-        stats = TrainStats(loss=float(loss_sum) / max(steps, 1), steps=steps, examples=examples)
+        stats = PassStats(loss=float(loss_sum) / max(steps, 1), steps=steps, examples=examples)
         return LaneResult(state, optim, stats)

@@ -14,14 +14,17 @@ fallback to sequential training.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from fedhet.algorithms import Algorithm, ClientState
+from fedhet.core.contract import FitStats
 from fedhet.algorithms.base import BatchedStep
 from fedhet.config import TrainConfig
 from fedhet.engine.experiment import Experiment
-from fedhet.engine.messages import Message, Reply
-from fedhet.engine.params import StateDict, load_partial, state_of
+from fedhet.core.messages import Message, Reply
+from fedhet.core.params import StateDict, load_partial, state_of
 from fedhet.errors import ConfigError
 from fedhet.runtimes.batched.data import BatchStream, ClientRng
 from fedhet.runtimes.batched.lanes import Lane, LaneResult, LaneTrainer
@@ -31,7 +34,7 @@ from fedhet.runtimes.batched.step import FunctionalModel, vmapped_step
 from fedhet.runtimes.inprocess import InProcessClients
 
 
-def batched_step_of(alg: Algorithm) -> BatchedStep:
+def batched_step_of(alg: Algorithm[Any, Any, Any]) -> BatchedStep:
     """The algorithm's declared batched step, or a ConfigError that names the runtime to use instead."""
     declared = "batched_step" in vars(type(alg))
     spec = alg.batched_step() if declared else None
@@ -95,7 +98,7 @@ class BatchedClients(InProcessClients):
         seed = self.exp.config.seed
         jobs = []
         for cid in cids:
-            state = dict(self.states[cid])
+            state = self.states[cid]
             init = state_of(self.alg.client_model(messages[cid], state))
             jobs.append(_Job(cid, messages[cid], state, init, ClientRng(seed, rnd, cid, "fit")))
         return jobs
@@ -106,14 +109,14 @@ class BatchedClients(InProcessClients):
         jobs = self._jobs(rnd, cids, messages)
         names = self.model.param_names
         lanes = [Lane(init=j.init, stream=BatchStream(j.rng, self.train_data[j.cid].train, cfg),
-                      mu=spec.prox_mu, optim=j.state.get("optim") if persist else None,
+                      mu=spec.prox_mu, optim=j.state.optim.get("model") if persist else None,
                       label=f"{self.alg.name} client {j.cid} round {rnd}") for j in jobs]
         personal = spec.personal
         if personal is None:
             results, personal_results = self.trainer.train(lanes, keep_optim=persist), None
         else:
             def personal_lane(j: _Job, stream: BatchStream) -> Lane:
-                start = j.state["personal"] if "personal" in j.state else j.init
+                start = j.state.personal if getattr(j.state, "personal", None) is not None else j.init
                 return Lane(init=dict(start), stream=stream, anchor={k: j.init[k] for k in names}, mu=personal.lam,
                             label=f"{self.alg.name} personal model, client {j.cid} round {rnd}")
 
@@ -136,9 +139,11 @@ class BatchedClients(InProcessClients):
         """As `Algorithm.fit` ends: the reply from the trained model; local keys, optimizer, personal model kept."""
         model = self.alg.client_model(job.msg, job.state)
         load_partial(model, result.state)
-        job.state["local"] = state_of(model, self.alg.local_keys())
+        changes: dict[str, Any] = {"local": state_of(model, self.alg.local_keys())}
         if self.train_cfg.persist_optimizer and result.optim is not None:
-            job.state["optim"] = result.optim
+            changes["optim"] = {**job.state.optim, "model": result.optim}
         if personal is not None:
-            job.state["personal"] = personal.state
-        return Reply(job.cid, self.alg.reply(model, result.stats), self.train_data[job.cid].num_train)
+            changes["personal"] = personal.state
+        job.state = dataclasses.replace(job.state, **changes)
+        stats = FitStats(loss=result.stats.loss, steps=result.stats.steps, examples=result.stats.examples)
+        return Reply(job.cid, self.alg.reply(model, stats), self.train_data[job.cid].num_train)

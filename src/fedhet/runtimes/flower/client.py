@@ -30,10 +30,11 @@ from flwr.app import Message as FlowerMessage
 
 from fedhet.algorithms import ClientState
 from fedhet.config import load_config
-from fedhet.engine.atomic import atomic_write_bytes
+from fedhet.core.atomic import atomic_write_bytes
 from fedhet.engine.checkpoint import fingerprint
 from fedhet.engine.experiment import Experiment, build_experiment
-from fedhet.engine.seeding import seeded
+from fedhet.engine.local import evaluate_client, fit_client
+from fedhet.core.seeding import seeded
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower import checkpoint_config
 from fedhet.runtimes.flower.records import (
@@ -187,7 +188,7 @@ def train_content(content: RecordDict, context: Context, setup: ClientSetup | di
     state = load_state(context, exp, setup, cid, state_round)
     ctx = exp.context(cid, rnd, exp.data.clients[cid])
     with seeded(exp.config.seed, rnd, cid, "fit"):
-        out, new_state = exp.algorithm.fit(request, state, ctx)
+        out, new_state = fit_client(exp.algorithm, request, state, ctx)
     save_state(context, setup, cid, rnd, new_state)
     return to_content(out, client=cid, **{"num-examples": ctx.data.num_train})
 
@@ -202,7 +203,7 @@ def evaluate_content(content: RecordDict, context: Context, setup: ClientSetup |
         return metrics_content(None)
     state = load_state(context, exp, setup, cid, state_round)
     with seeded(exp.config.seed, rnd, cid, "evaluate"):
-        metrics = exp.algorithm.evaluate(request, state, exp.context(cid, rnd), dataset)
+        metrics = evaluate_client(exp.algorithm, request, state, exp.context(cid, rnd), dataset)
     return metrics_content(metrics)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, ConfigRecordValues, MetricRecord, RecordDict
 
-from fedhet.engine.messages import Message, Reply
+from fedhet.core.messages import Message, Reply
 
 META = "fedhet"
 

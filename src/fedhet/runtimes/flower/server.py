@@ -31,10 +31,10 @@ from flwr.app import Message as FlowerMessage
 from flwr.app import MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from fedhet.engine.atomic import atomic_write_text
+from fedhet.core.atomic import atomic_write_text
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.loop import RoundLoop, RunResult
-from fedhet.engine.messages import Message, Reply
+from fedhet.core.messages import Message, Reply
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower import checkpoint_config
 from fedhet.runtimes.flower.records import from_content, to_content

@@ -4,10 +4,9 @@ A fit reply must carry exactly the arrays the server expects (names, shapes, dty
 values, the client id it was sent to and a non-negative example count. What the server expects is derived
 from the round's broadcast message:
 
-- by default, the reply carries the arrays it received (true for every registered method but SCAFFOLD:
-  FedAvg, FedBN, Ditto, FedProto, FRAug, ...; `tests/runtimes/test_flower_faults.py` checks every method);
-- SCAFFOLD replies `dy/<key>` for each model key and `dc/<key>` for each control variate `c/<key>`;
-- a method may define `reply_spec(broadcast: Message) -> dict[name, (shape, dtype)]` to state its own layout.
+each method declares it with `Algorithm.reply_layout(broadcast) -> {name: (shape, dtype)}` (by default the
+arrays it received; SCAFFOLD: `dy/<key>` and `dc/<key>`); `tests/runtimes/test_flower_faults.py` checks that
+every registered method's replies match its own declaration.
 
 An evaluate reply must carry finite-or-NaN numbers for every metric the run directory records, or the
 "skipped" marker of a client without that split.
@@ -16,18 +15,17 @@ An evaluate reply must carry finite-or-NaN numbers for every metric the run dire
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from flwr.app import RecordDict
 
 from fedhet.algorithms import Algorithm
-from fedhet.engine.messages import Message, Reply
+from fedhet.algorithms.base import ArraySpec
+from fedhet.core.messages import Message, Reply
 from fedhet.engine.rundir import METRIC_KEYS
 from fedhet.runtimes.flower.records import META, from_content, metrics_from_content
 
-ArraySpec = tuple[tuple[int, ...], torch.dtype]
 Spec = dict[str, ArraySpec]
 
 
@@ -35,31 +33,9 @@ class ReplyRejected(Exception):
     """A client's reply does not match what the server expects; the message says why."""
 
 
-def spec_of(arrays: dict[str, torch.Tensor]) -> Spec:
-    """Names -> (shape, dtype) of a set of arrays."""
-    return {k: (tuple(v.shape), v.dtype) for k, v in arrays.items()}
-
-
-def _scaffold_spec(broadcast: Message) -> Spec:
-    from fedhet.algorithms.scaffold import DC, DY, C
-
-    spec = spec_of(broadcast.arrays)
-    return {**{DY + k: s for k, s in spec.items() if not k.startswith(C)},
-            **{DC + k[len(C):]: s for k, s in spec.items() if k.startswith(C)}}
-
-
-REPLY_SPECS: dict[str, Callable[[Message], Spec]] = {"scaffold": _scaffold_spec}
-
-
-def expected_reply_spec(alg: Algorithm, broadcast: Message) -> Spec:
-    """The arrays a fit reply to `broadcast` must carry: the method's own `reply_spec` if it has one, a known
-    layout (SCAFFOLD), else the broadcast's own arrays."""
-    hook = getattr(alg, "reply_spec", None)
-    if callable(hook):
-        return dict(hook(broadcast))
-    if alg.name in REPLY_SPECS:
-        return REPLY_SPECS[alg.name](broadcast)
-    return spec_of(broadcast.arrays)
+def expected_reply_spec(alg: Algorithm[Any, Any, Any], broadcast: Message) -> Spec:
+    """The arrays a fit reply to `broadcast` must carry, as the method declares them."""
+    return dict(alg.reply_layout(broadcast))
 
 
 def _names(names: set[str], limit: int = 4) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from fedhet.config import ServerConfig
-from fedhet.engine.params import StateDict
+from fedhet.core.params import StateDict
 
 
 def average(states: Sequence[StateDict], weights: Sequence[float]) -> StateDict:

@@ -1,0 +1,51 @@
+"""Mini-batches of one local pass: shuffling, the number of steps, the dropped singleton batch."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from fedhet.config import TrainConfig
+
+
+def batches(dataset: Dataset[Any], cfg: TrainConfig, generator: torch.Generator | None = None,
+            device: torch.device | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Shuffled mini-batches for one pass: `local_steps` batches if set, else `local_epochs` epochs.
+
+    Shuffling draws from `generator` (or torch's global RNG, which the engine seeds per client and round).
+    A last batch of a single sample is dropped from each pass (`drops_singleton`): BatchNorm cannot train on
+    one sample, and the sample is back in the next pass's shuffle.
+    """
+    n = len(dataset)  # type: ignore[arg-type]
+    if n == 0:
+        return
+    bs = min(cfg.batch_size, n)
+    loader = DataLoader(dataset, batch_size=bs, shuffle=True, drop_last=drops_singleton(n, bs), generator=generator)
+    steps = num_steps(n, cfg)
+    done = 0
+    while done < steps:
+        for x, y in loader:
+            if device is not None:
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            yield x, y
+            done += 1
+            if done >= steps:
+                return
+
+
+def drops_singleton(n: int, batch_size: int) -> bool:
+    """Whether a pass over n samples in batches of `batch_size` would end with a batch of one (then dropped)."""
+    return n > 1 and n % batch_size == 1
+
+
+def num_steps(n: int, cfg: TrainConfig) -> int:
+    """How many mini-batches `batches` yields for a dataset of size n."""
+    if n == 0:
+        return 0
+    bs = min(cfg.batch_size, n)
+    per_epoch = n // bs if drops_singleton(n, bs) else math.ceil(n / bs)
+    return cfg.local_steps if cfg.local_steps is not None else cfg.local_epochs * per_epoch

@@ -1,0 +1,39 @@
+"""Metrics of a model on a dataset: accuracy, balanced accuracy, mean cross-entropy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+
+def balanced_accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Mean per-class recall over the classes present in y_true."""
+    classes = np.unique(y_true)
+    if len(classes) == 0:
+        return float("nan")
+    return float(np.mean([(y_pred[y_true == c] == c).mean() for c in classes]))
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, dataset: Dataset[Any], device: torch.device, batch_size: int = 256
+             ) -> dict[str, float]:
+    """Accuracy, balanced accuracy and mean cross-entropy of `model` on `dataset`."""
+    model.eval()
+    n = len(dataset)  # type: ignore[arg-type]
+    if n == 0:
+        return {"accuracy": float("nan"), "balanced_accuracy": float("nan"), "loss": float("nan"),
+                "num_examples": 0}
+    loss_sum, preds, labels = 0.0, [], []
+    for x, y in DataLoader(dataset, batch_size=batch_size, shuffle=False):
+        x, y = x.to(device), y.to(device)
+        logits = model(x)
+        loss_sum += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
+        preds.append(logits.argmax(1).cpu().numpy())
+        labels.append(y.cpu().numpy())
+    y_true, y_pred = np.concatenate(labels), np.concatenate(preds)
+    return {"accuracy": float((y_true == y_pred).mean()), "balanced_accuracy": balanced_accuracy(y_true, y_pred),
+            "loss": loss_sum / n, "num_examples": n}
