@@ -7,6 +7,7 @@ under a second on one CPU thread.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from typing import Any
 
@@ -15,10 +16,13 @@ import torch
 import torch.nn.functional as F
 from fedhet_testing import tiny_client, tiny_model
 
-from fedhet.algorithms import ALGORITHMS, ClientContext
-from fedhet.algorithms.ditto_mmd import DittoMMD
+from fedhet.algorithms import ALGORITHMS
+from fedhet.algorithms.ditto import DittoState
+from fedhet.algorithms.ditto_mmd import DittoMMD, DittoMMDState, PenaltyState
 from fedhet.config import ServerConfig, TrainConfig
-from fedhet.engine.messages import Message
+from fedhet.core.contract import ClientContext, ClientState, RoundInfo
+from fedhet.core.messages import Message
+from fedhet.engine.local import fit_client
 from fedhet.errors import ConfigError
 from fedhet.losses import MKMMD
 
@@ -41,8 +45,17 @@ def make(steps: int = 1, lr: float = 0.1, **params: Any) -> DittoMMD:
 
 
 def ctx(rnd: int = 1) -> ClientContext:
-    return ClientContext(client_id=0, round=rnd, data=tiny_client(n=N, in_dim=IN), device=CPU, num_classes=2,
-                         extra={"rounds": 10, "seed": 0})
+    info = RoundInfo(round=rnd, rounds=10, num_clients=1, seed=0)
+    return ClientContext(client_id=0, info=info, data=tiny_client(n=N, in_dim=IN), device=CPU, num_classes=2)
+
+
+def fit(alg: Any, msg: Message, state: ClientState, rnd: int = 1) -> tuple[Message, Any]:
+    """One client's fit through the engine."""
+    return fit_client(alg, msg, state, ctx(rnd))
+
+
+def with_personal(shift: float = 0.7) -> DittoMMDState:
+    return DittoMMDState(personal=shifted_personal(shift))
 
 
 def global_msg(scale: float = 1.0) -> Message:
@@ -60,6 +73,9 @@ def snapshot(obj: Any) -> Any:
 
 
 def same(a: Any, b: Any) -> bool:
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        return type(a) is type(b) and all(same(getattr(a, f.name), getattr(b, f.name))
+                                          for f in dataclasses.fields(a))
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, list):
@@ -72,25 +88,26 @@ def same(a: Any, b: Any) -> bool:
 def test_only_the_global_model_leaves_the_client(penalty: str) -> None:
     alg = make(steps=2, penalty=penalty, mu=1.0, refit_interval=-1)
     ditto = ALGORITHMS.get("ditto")(ALGORITHMS.get("ditto").Params(), model_fn, alg.train_cfg, ServerConfig(), 2, CPU)
-    state_in = {"personal": shifted_personal()}
+    state_in = with_personal()
     before = snapshot(state_in)
-    out, state = alg.fit(global_msg(0.5), state_in, ctx())
+    out, state = fit(alg, global_msg(0.5), state_in)
     assert same(state_in, before)  # the received state is not mutated
     assert set(out.arrays) == set(model_fn().state_dict())  # the global model's keys, nothing else
-    ref, _ = ditto.fit(global_msg(0.5), {"personal": shifted_personal()}, ctx())
+    ref, _ = fit(ditto, global_msg(0.5), DittoState(personal=shifted_personal()))
     for k in out.arrays:  # w is trained exactly as by Ditto (FedAvg), independent of the penalty
         assert torch.allclose(out.arrays[k], ref.arrays[k], atol=1e-6)
-    assert {"personal", "penalty"} <= set(state)
-    assert not torch.allclose(out.arrays["head.weight"], state["personal"]["head.weight"])
-    assert state["penalty"]["steps"] == 2
+    assert isinstance(state, DittoMMDState) and state.personal is not None
+    assert not torch.allclose(out.arrays["head.weight"], state.personal["head.weight"])
+    assert state.penalty.steps == 2
     if penalty == "mkmmd":
-        assert set(state["penalty"]["layers"]) == {"features"}
-        assert state["penalty"]["layers"]["features"]["beta"].shape == (19,)
+        assert set(state.penalty.beta) == {"features"} and not state.penalty.mmdd
+        assert state.penalty.beta["features"].shape == (19,)
     elif penalty == "mmdd":
-        kernel = state["penalty"]["layers"]["features"]["kernel"]
-        assert {"eps_raw", "s_q", "s_phi"} <= set(kernel)
+        kernel = state.penalty.mmdd["features"].params
+        assert {"eps_raw", "s_q", "s_phi"} <= set(kernel) and not state.penalty.beta
         assert all(t.device.type == "cpu" for t in kernel.values())
-    assert not (set(out.arrays) & set(state["penalty"]["layers"]))
+    else:
+        assert not state.penalty.beta and not state.penalty.mmdd
 
 
 # ---------------------------------------------------------------------------------------------------- objective
@@ -128,18 +145,17 @@ def by_hand(penalty: str, lf: torch.Tensor, rf: torch.Tensor, kernel: Any = None
 def test_personal_loss_is_ce_plus_prox_plus_mu_d(penalty: str, lam: float) -> None:
     mu = 2.0
     alg = make(penalty=penalty, lam=lam, mu=mu, refit_interval=0)  # no kernel fitting: fixed, known kernels
-    personal, reference = model_fn(), alg.reference_model(model_fn())
-    personal.load_state_dict(shifted_personal())
+    work = alg.start(global_msg(), with_personal(), ctx())  # v: the shifted model; w_ref: model_fn()'s
+    personal, reference = work.personal, work.reference
     x, y = ctx().data.train.tensors
-    session = alg.session({})
-    got = alg.personal_loss(personal, reference, x, y, alg.with_session(ctx(), session))
+    got = alg.personal_loss(work, x, y)
 
     p, r = personal.state_dict(), reference.state_dict()
     lf = x @ p["features.0.weight"].T + p["features.0.bias"]
     rf = x @ r["features.0.weight"].T + r["features.0.bias"]
     ce = F.cross_entropy(lf @ p["head.weight"].T + p["head.bias"], y)
     prox = 0.5 * lam * sum(((p[k] - r[k]) ** 2).sum() for k in p)
-    kernel = session.kernels.get("features")
+    kernel = work.session.mmdd.get("features")
     with torch.no_grad():
         want = ce + prox + mu * by_hand(penalty, lf, rf, kernel)
     assert torch.allclose(got, want, atol=1e-5), (got, want)
@@ -150,10 +166,10 @@ def test_personal_loss_is_ce_plus_prox_plus_mu_d(penalty: str, lam: float) -> No
 
 def test_several_layers_are_summed() -> None:
     alg = make(penalty="cosine", lam=0.0, mu=1.0, layers=["features.0", "head"])
-    personal, reference = model_fn(), alg.reference_model(model_fn())
-    personal.load_state_dict(shifted_personal())
+    work = alg.start(global_msg(), with_personal(), ctx())
+    personal, reference = work.personal, work.reference
     x, y = ctx().data.train.tensors
-    got = alg.personal_loss(personal, reference, x, y, alg.with_session(ctx(), alg.session({})))
+    got = alg.personal_loss(work, x, y)
     with torch.no_grad():
         lf, rf = personal.features(x), reference.features(x)
         want = (F.cross_entropy(personal(x), y) + by_hand("cosine", lf, rf)
@@ -172,17 +188,17 @@ def test_mkmmd_refit_cadence_and_persistence(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(MKMMD, "fit_weights", spy)
     alg = make(steps=5, penalty="mkmmd", mu=1.0, refit_interval=2, n_accumulate=3)
-    _, s1 = alg.fit(global_msg(), {}, ctx(1))
+    _, s1 = fit(alg, global_msg(), alg.init_client(0), 1)
     # round 1: steps 0, 2, 4 are due; step 0 is skipped (v = w_ref, identical features): 2 re-fits
-    assert len(calls) == 2 and s1["penalty"]["refits"] == 2 and s1["penalty"]["steps"] == 5
+    assert len(calls) == 2 and s1.penalty.refits == 2 and s1.penalty.steps == 5
     assert torch.equal(calls[0], torch.full((19,), 1 / 19, dtype=torch.float64))  # uniform start
-    beta1 = s1["penalty"]["layers"]["features"]["beta"]
+    beta1 = s1.penalty.beta["features"]
     assert beta1.min() >= 0 and math.isclose(float(beta1.sum()), 1.0, rel_tol=1e-9)
     s1_copy = snapshot(s1)
-    _, s2 = alg.fit(global_msg(0.5), s1, ctx(2))
+    _, s2 = fit(alg, global_msg(0.5), s1, 2)
     assert same(s1, s1_copy)
     # round 2: the schedule restarts (steps 0, 2, 4), v != w_ref now: 3 re-fits, starting from round 1's beta
-    assert len(calls) == 5 and s2["penalty"]["refits"] == 5 and s2["penalty"]["steps"] == 10
+    assert len(calls) == 5 and s2.penalty.refits == 5 and s2.penalty.steps == 10
     assert torch.equal(calls[2], beta1)
 
 
@@ -195,54 +211,62 @@ def test_mkmmd_per_step_never_and_fixed_kernels(monkeypatch: pytest.MonkeyPatch)
         return original(self, x, y)
 
     monkeypatch.setattr(MKMMD, "fit_weights", spy)
-    state = {"personal": shifted_personal()}
-    _, s = make(steps=3, mu=1.0, refit_interval=-1).fit(global_msg(), state, ctx())
-    assert count["n"] == 3 and s["penalty"]["refits"] == 3  # every step, on the batch
+    state = with_personal()
+    _, s = fit(make(steps=3, mu=1.0, refit_interval=-1), global_msg(), state)
+    assert count["n"] == 3 and s.penalty.refits == 3  # every step, on the batch
     count["n"] = 0
-    _, s = make(steps=3, mu=1.0, refit_interval=0).fit(global_msg(), state, ctx())
-    assert count["n"] == 0 and torch.equal(s["penalty"]["layers"]["features"]["beta"],
-                                           torch.full((19,), 1 / 19, dtype=torch.float64))
-    _, s = make(steps=3, mu=1.0, refit_interval=-1, fixed_kernels=3).fit(global_msg(), state, ctx())
+    _, s = fit(make(steps=3, mu=1.0, refit_interval=0), global_msg(), state)
+    assert count["n"] == 0 and torch.equal(s.penalty.beta["features"], torch.full((19,), 1 / 19, dtype=torch.float64))
+    _, s = fit(make(steps=3, mu=1.0, refit_interval=-1, fixed_kernels=3), global_msg(), state)
     assert count["n"] == 0
-    assert torch.allclose(s["penalty"]["layers"]["features"]["beta"], torch.full((3,), 1 / 3, dtype=torch.float64))
+    assert torch.allclose(s.penalty.beta["features"], torch.full((3,), 1 / 3, dtype=torch.float64))
 
 
 def test_mmdd_kernel_training_increases_its_objective_and_persists() -> None:
     torch.manual_seed(0)
     alg = make(steps=2, penalty="mmdd", mu=1.0, refit_interval=-1, kernel_steps=25, kernel_lr=0.05)
     assert alg.kernel_steps == 25
-    state = {"personal": shifted_personal(1.5)}
-    c = ctx()
-    session = alg.session(state)
-    personal, reference = alg.personal_model(state, model_fn()), alg.reference_model(model_fn())
-    x, y = c.data.train.tensors
-    alg.personal_loss(personal, reference, x, y, alg.with_session(c, session))
-    history = session.last_objective["features"]
+    state = with_personal(1.5)
+    work = alg.start(global_msg(), state, ctx())
+    x, y = ctx().data.train.tensors
+    alg.personal_loss(work, x, y)
+    history = work.session.last_objective["features"]
     assert len(history) == 25 and history[-1] > history[0]
-    _, s1 = alg.fit(global_msg(), state, c)
-    k1 = s1["penalty"]["layers"]["features"]
-    assert k1["optim"] is not None and len(k1["optim"]["state"]) > 0
+    _, s1 = fit(alg, global_msg(), state)
+    k1 = s1.penalty.mmdd["features"]
+    assert k1.optim is not None and len(k1.optim["state"]) > 0
     s1_copy = snapshot(s1)
-    _, s2 = alg.fit(global_msg(), s1, c)  # the second fit starts from the first one's kernel and AdamW state
-    k2 = s2["penalty"]["layers"]["features"]
+    _, s2 = fit(alg, global_msg(), s1)  # the second fit starts from the first one's kernel and AdamW state
+    k2 = s2.penalty.mmdd["features"]
     assert same(s1, s1_copy)  # the received state (AdamW's step counters included) is not mutated
-    assert int(k2["optim"]["state"][0]["step"]) == 2 * int(k1["optim"]["state"][0]["step"]) == 2 * 2 * 25
-    assert not torch.equal(k1["kernel"]["s_q"], k2["kernel"]["s_q"])
+    assert k2.optim is not None
+    assert int(k2.optim["state"][0]["step"]) == 2 * int(k1.optim["state"][0]["step"]) == 2 * 2 * 25
+    assert not torch.equal(k1.params["s_q"], k2.params["s_q"])
     assert make(penalty="mmdd").kernel_steps == 5  # periodic default
 
 
 def test_lam_zero_tandem_and_mu_zero() -> None:
-    state = {"personal": shifted_personal()}
+    state = with_personal()
     for penalty in PENALTIES:
-        out, s = make(steps=2, penalty=penalty, lam=0.0, mu=1.0, schedule="tandem",
-                      refit_interval=-1).fit(global_msg(), state, ctx())
-        assert set(out.arrays) == set(model_fn().state_dict()) and "penalty" in s
-        assert all(torch.isfinite(v).all() for v in s["personal"].values())
+        out, s = fit(make(steps=2, penalty=penalty, lam=0.0, mu=1.0, schedule="tandem", refit_interval=-1),
+                     global_msg(), state)
+        assert set(out.arrays) == set(model_fn().state_dict()) and s.penalty.steps == 2
+        assert all(torch.isfinite(v).all() for v in s.personal.values())
     ditto = ALGORITHMS.get("ditto")
     plain = ditto(ditto.Params(lam=0.3), model_fn, make().train_cfg, ServerConfig(), 2, CPU)
-    _, want = plain.fit(global_msg(), state, ctx())
-    _, got = make(lam=0.3, mu=0.0).fit(global_msg(), state, ctx())  # mu = 0 is plain Ditto
-    assert same(got["personal"], want["personal"])
+    _, want = fit(plain, global_msg(), DittoState(personal=shifted_personal()))
+    _, got = fit(make(lam=0.3, mu=0.0), global_msg(), state)  # mu = 0 is plain Ditto
+    assert same(got.personal, want.personal)
+
+
+def test_a_state_with_kernels_the_config_would_not_use_is_refused() -> None:
+    _, s = fit(make(steps=1, mu=1.0), global_msg(), with_personal())  # MK-MMD beta on "features"
+    assert set(s.penalty.beta) == {"features"}
+    for other in (make(penalty="mmdd", mu=1.0), make(penalty="cosine", mu=1.0), make(mu=1.0, layers=["head"])):
+        with pytest.raises(ConfigError, match="mkmmd kernels for layers"):
+            fit(other, global_msg(), s)
+    bad = dataclasses.replace(s, penalty=PenaltyState(beta={"features": torch.full((19,), 1 / 19)}, mmdd={}))
+    fit(make(mu=1.0), global_msg(), bad)  # the same penalty and layer: accepted
 
 
 def test_validation() -> None:

@@ -8,10 +8,11 @@ import pytest
 import torch
 from fedhet_testing import tiny_client, tiny_model
 
-from fedhet.algorithms import ClientContext
-from fedhet.algorithms.moon import Moon, contrastive_loss
+from fedhet.algorithms.moon import Moon, MoonState, contrastive_loss
 from fedhet.config import ServerConfig, TrainConfig
-from fedhet.engine.messages import Reply
+from fedhet.core.contract import ClientContext, RoundInfo, ServerState
+from fedhet.core.messages import Reply
+from fedhet.engine.local import deployed_model, fit_client
 from fedhet.errors import ConfigError
 
 CPU = torch.device("cpu")
@@ -25,8 +26,19 @@ def make(**params: object) -> Moon:
     return Moon(Moon.Params(mu=MU, temperature=TAU, **params), lambda: template, train, ServerConfig(), 2, CPU)
 
 
-def ctx() -> ClientContext:
-    return ClientContext(0, 1, tiny_client(n=4, in_dim=2), CPU, 2, {"rounds": 2})
+def ctx(rnd: int = 1) -> ClientContext:
+    info = RoundInfo(round=rnd, rounds=2, num_clients=1, seed=0)
+    return ClientContext(client_id=0, info=info, data=tiny_client(n=4, in_dim=2), device=CPU, num_classes=2)
+
+
+def info(rnd: int) -> RoundInfo:
+    return ctx(rnd).info
+
+
+def fit(alg: Moon, server: ServerState, state: MoonState, rnd: int) -> tuple:
+    reply, new = fit_client(alg, alg.broadcast(server, info(rnd), 0), state, ctx(rnd))
+    assert isinstance(new, MoonState)
+    return reply, new
 
 
 def test_contrastive_loss_value() -> None:
@@ -61,43 +73,48 @@ def test_first_round_is_plain_ce_then_contrastive_with_the_previous_model() -> N
     alg = make()
     server = alg.init_server()
     x, y = ctx().data.train.tensors
-    out1, state = alg.fit(alg.broadcast(server, 1, 0), {}, ctx())
-    want1 = manual_step(server["global"], server["global"], None, x, y)
+    out1, state = fit(alg, server, alg.init_client(0), 1)
+    want1 = manual_step(server.model, server.model, None, x, y)
+    assert state.prev is not None
     for k, v in want1.items():
         assert torch.allclose(out1.arrays[k], v, atol=1e-6), k
-        assert torch.allclose(state["prev"][k], v, atol=1e-6), k
+        assert torch.allclose(state.prev[k], v, atol=1e-6), k
     # a new global model (as if other clients had moved it), then round 2 uses z_glob and z_prev
-    glob = {k: v + 0.3 * torch.randn_like(v) for k, v in server["global"].items()}
-    out2, state2 = alg.fit(alg.broadcast({**server, "global": glob}, 2, 0), state, ctx())
+    glob = {k: v + 0.3 * torch.randn_like(v) for k, v in server.model.items()}
+    state_copy = {k: v.clone() for k, v in state.prev.items()}
+    out2, state2 = fit(alg, ServerState(model=glob), state, 2)
+    assert all(torch.equal(state.prev[k], v) for k, v in state_copy.items())  # the input state is not modified
     want2 = manual_step(glob, glob, want1, x, y)
+    assert state2.prev is not None
     for k, v in want2.items():
         assert torch.allclose(out2.arrays[k], v, atol=1e-5), k
-        assert torch.allclose(state2["prev"][k], v, atol=1e-5), k
+        assert torch.allclose(state2.prev[k], v, atol=1e-5), k
     assert not torch.allclose(want2["features.0.weight"], manual_step(glob, glob, None, x, y)["features.0.weight"])
 
 
 def test_communication_is_the_whole_model_and_server_is_fedavg() -> None:
     alg = make()
     server = alg.init_server()
-    out, state = alg.fit(alg.broadcast(server, 1, 0), {}, ctx())
-    assert set(out.arrays) == set(alg._init_state)
-    assert set(state) == {"local", "prev"} and state["local"] == {}
-    new = alg.aggregate(server, [Reply(0, out, 4)])["global"]
+    out, state = fit(alg, server, alg.init_client(0), 1)
+    assert set(out.arrays) == set(alg.init_state)
+    assert state.local == {} and state.prev is not None and set(state.prev) == set(alg.init_state)
+    new = alg.aggregate(server, [Reply(0, out, 4)], info(1)).model
     assert all(torch.allclose(new[k], out.arrays[k]) for k in new)
 
 
 def test_projection_head_is_shared_seeded_and_off_the_classifier_path() -> None:
     alg, again = make(projection_dim=3), make(projection_dim=3)
-    keys = set(alg._init_state)
+    keys = set(alg.init_state)
     assert {"projection.0.weight", "projection.2.weight"} <= keys
-    assert all(torch.equal(alg._init_state[k], again._init_state[k]) for k in keys)
+    assert all(torch.equal(alg.init_state[k], again.init_state[k]) for k in keys)
     server = alg.init_server()
-    out, state = alg.fit(alg.broadcast(server, 1, 0), {}, ctx())
+    out, state = fit(alg, server, alg.init_client(0), 1)
     assert set(out.arrays) == keys
+    assert torch.equal(out.arrays["projection.2.weight"], server.model["projection.2.weight"])  # round 1: CE only
     glob = {k: v + 0.3 * torch.randn_like(v) for k, v in out.arrays.items()}  # global != previous model
-    out2, _ = alg.fit(alg.broadcast({**server, "global": glob}, 2, 0), state, ctx())
+    out2, _ = fit(alg, ServerState(model=glob), state, 2)
     assert not torch.equal(out2.arrays["projection.2.weight"], glob["projection.2.weight"])  # trained by l_con
-    model = alg.deploy_model(alg.broadcast(server, 2, 0), {}, ctx())
+    model, _ = deployed_model(alg, alg.broadcast(server, info(2), 0), alg.init_client(0), ctx(2))
     x = ctx().data.test.tensors[0]
     assert model(x).shape == (4, 2)
 

@@ -8,7 +8,8 @@ Implements Algorithm 1 with Eqs. 4-8: the networks never leave the clients; only
 
 Messages: the broadcast carries `proto` (C x d) and `proto_count` (C, the number of examples behind each
 global prototype; 0 = no global prototype for that class yet); the reply carries the client's own `proto`
-and `proto_count` (its per-class training counts). Client state: the whole local model (`state["local"]`).
+and `proto_count` (its per-class training counts). Server state: `proto`, `proto_count`; client state: the
+whole local model (`local`).
 
 Choices where the paper is silent or that this implementation makes:
 - Prototypes are computed after local training, with the model in eval mode, on the client's training data
@@ -22,26 +23,31 @@ Choices where the paper is silent or that this implementation makes:
 - Inference: `inference="head"` (default) uses the client's own classifier; `"prototype"` predicts the class of
   the nearest global prototype in squared Euclidean distance (logits = -distance; classes without a global
   prototype get -inf, so they are never predicted), falling back to the head while no prototype exists.
+- Evaluation runs in batches of 256 (`Deployment.batch_size`), whichever the inference, as this module always
+  evaluated (not train.batch_size): the reported losses stay the same numbers.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from fedhet.algorithms.base import Algorithm, ClientContext, ClientState, ServerState
+from fedhet.algorithms.base import Algorithm
 from fedhet.algorithms.registry import register
-from fedhet.engine.local import TrainStats, evaluate
-from fedhet.engine.messages import Message, Reply
-from fedhet.errors import ConfigError
+from fedhet.core.contract import ClientContext, ClientState, Deployment, FitStats, RoundInfo, ServerState, Work
+from fedhet.core.messages import Message, Reply
+from fedhet.core.params import state_of
+from fedhet.errors import ConfigError, FedhetError
 from fedhet.models import SplitModel
 
 INFERENCE = ("head", "prototype")
+EVAL_BATCH_SIZE = 256  # the batch size FedProto always evaluated with (kept so the numbers stay the same)
 
 
 def proto_regularizer(u: torch.Tensor, y: torch.Tensor, proto: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
@@ -52,7 +58,7 @@ def proto_regularizer(u: torch.Tensor, y: torch.Tensor, proto: torch.Tensor, cou
 
 
 @torch.no_grad()
-def class_prototypes(model: SplitModel, dataset: Dataset, num_classes: int, device: torch.device,
+def class_prototypes(model: SplitModel, dataset: Dataset[Any], num_classes: int, device: torch.device,
                      batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class mean features (C x d, zero rows for absent classes) and per-class counts (C)."""
     model.eval()
@@ -80,75 +86,108 @@ class PrototypeClassifier(nn.Module):
         return logits.masked_fill(~self.valid.to(u.device), float("-inf"))
 
 
+@dataclass
+class FedProtoParams:
+    """lam: weight of the prototype regulariser; inference: 'head' or nearest 'prototype'."""
+
+    lam: float = 1.0
+    inference: str = "head"
+
+    def validate(self) -> None:
+        if not self.lam >= 0:
+            raise ConfigError(f"fedproto: lam must be >= 0, got {self.lam}")
+        if self.inference not in INFERENCE:
+            raise ConfigError(f"fedproto: inference must be one of {', '.join(INFERENCE)}, "
+                              f"got {self.inference!r}")
+
+
+@dataclass(kw_only=True)
+class ProtoServerState(ServerState):
+    """The global prototypes (C x d) and the number of examples behind each (C; 0: none yet)."""
+
+    proto: torch.Tensor
+    proto_count: torch.Tensor
+
+
+@dataclass(kw_only=True)
+class ProtoWork(Work):
+    """The local model and the received global prototypes and counts, on the client's device."""
+
+    model: SplitModel
+    proto: torch.Tensor
+    proto_count: torch.Tensor
+
+
+def received(msg: Message) -> tuple[torch.Tensor, torch.Tensor]:
+    """The global prototypes and counts a FedProto message carries."""
+    if "proto" not in msg.arrays or "proto_count" not in msg.arrays:
+        raise FedhetError(f"fedproto: the message carries no global prototypes (arrays: {sorted(msg.arrays)})")
+    return msg.arrays["proto"], msg.arrays["proto_count"]
+
+
 @register
-class FedProto(Algorithm):
+class FedProto(Algorithm[ProtoServerState, ClientState, ProtoWork]):
     """Fully local models regularised towards count-weighted global class prototypes."""
 
     name = "fedproto"
     personalized = True
-
-    @dataclass
-    class Params:
-        """lam: weight of the prototype regulariser; inference: 'head' or nearest 'prototype'."""
-
-        lam: float = 1.0
-        inference: str = "head"
-
-        def validate(self) -> None:
-            if not self.lam >= 0:
-                raise ConfigError(f"fedproto: lam must be >= 0, got {self.lam}")
-            if self.inference not in INFERENCE:
-                raise ConfigError(f"fedproto: inference must be one of {', '.join(INFERENCE)}, "
-                                  f"got {self.inference!r}")
+    Params = FedProtoParams
+    server_state_type = ProtoServerState
+    client_state_type = ClientState
+    work_type = ProtoWork
 
     def shared_keys(self, model: nn.Module) -> set[str]:
         return set()  # nothing of the network is communicated
 
     # ------------------------------------------------------------------ server side
-    def init_server(self) -> ServerState:
-        d = self._template.feature_dim
-        return {"proto": torch.zeros(self.num_classes, d), "proto_count": torch.zeros(self.num_classes)}
+    def init_server(self) -> ProtoServerState:
+        """No global prototype yet: zero prototypes with zero counts."""
+        d = self.template.feature_dim
+        return ProtoServerState(proto=torch.zeros(self.num_classes, d), proto_count=torch.zeros(self.num_classes))
 
-    def broadcast(self, server: ServerState, rnd: int, client_id: int) -> Message:
-        return Message(arrays={"proto": server["proto"], "proto_count": server["proto_count"]})
+    def broadcast(self, server: ProtoServerState, info: RoundInfo, client_id: int) -> Message:
+        return Message(arrays={"proto": server.proto, "proto_count": server.proto_count})
 
-    def aggregate(self, server: ServerState, replies: list[Reply]) -> ServerState:
+    def aggregate(self, server: ProtoServerState, replies: list[Reply], info: RoundInfo) -> ProtoServerState:
         """Eq. 6: per class, the count-weighted mean of the clients' prototypes (classes with count 0 skipped)."""
         counts = torch.stack([r.message.arrays["proto_count"].double() for r in replies])  # (K, C)
         protos = torch.stack([r.message.arrays["proto"].double() for r in replies])  # (K, C, d)
         total = counts.sum(0)
         mean = (counts[:, :, None] * protos).sum(0) / total.clamp_min(1)[:, None]
         present = total > 0
-        proto = torch.where(present[:, None], mean.float(), server["proto"])
-        count = torch.where(present, total.float(), server["proto_count"])
-        return {**server, "proto": proto, "proto_count": count}
+        proto = torch.where(present[:, None], mean.float(), server.proto)
+        count = torch.where(present, total.float(), server.proto_count)
+        return dataclasses.replace(server, proto=proto, proto_count=count)
 
     # ------------------------------------------------------------------ client side
-    def loss(self, model: SplitModel, x: torch.Tensor, y: torch.Tensor, ctx: ClientContext) -> torch.Tensor:
-        u = model.features(x)
-        ce = F.cross_entropy(model.head(u), y)
-        proto, count = ctx.extra.get("proto"), ctx.extra.get("proto_count")
-        if proto is None or count is None or self.params.lam == 0 or not bool((count > 0).any()):
+    def start(self, msg: Message, state: ClientState, ctx: ClientContext) -> ProtoWork:
+        """The client's own model and the received global prototypes (moved to its device)."""
+        proto, count = received(msg)
+        return ProtoWork(msg=msg, ctx=ctx, model=self.client_model(msg, state), proto=proto.to(ctx.device),
+                         proto_count=count.to(ctx.device))
+
+    def loss(self, work: ProtoWork, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """CE + lam * MSE(f(x), Cbar^(y)) (Eqs. 7-8); plain CE while no global prototype exists."""
+        u = work.model.features(x)
+        ce = F.cross_entropy(work.model.head(u), y)
+        if self.params.lam == 0 or not bool((work.proto_count > 0).any()):
             return ce
-        return ce + self.params.lam * proto_regularizer(u, y, proto, count)
+        lam: float = self.params.lam
+        return ce + lam * proto_regularizer(u, y, work.proto, work.proto_count)
 
-    def local_train(self, model: SplitModel, msg: Message, state: ClientState, ctx: ClientContext,
-                    dataset: Dataset | None = None) -> TrainStats:
-        """Train with the received global prototypes handed to `loss` through the round's context."""
-        extra = {**ctx.extra, **{k: msg.arrays[k].to(ctx.device) for k in ("proto", "proto_count")
-                                 if k in msg.arrays}}
-        return super().local_train(model, msg, state, dataclasses.replace(ctx, extra=extra), dataset)
+    def finish(self, work: ProtoWork, state: ClientState, stats: FitStats) -> tuple[Message, ClientState]:
+        """Keep the trained model; reply with its class prototypes on the training data (eval transform)."""
+        new_state = dataclasses.replace(state, local=state_of(work.model, self.local_keys()))
+        data = work.ctx.data.train_eval if work.ctx.data.train_eval is not None else work.ctx.data.train
+        proto, count = class_prototypes(work.model, data, self.num_classes, work.ctx.device)
+        scalars = self.reply(work.model, stats).scalars
+        return Message(arrays={"proto": proto, "proto_count": count}, scalars=scalars), new_state
 
-    def fit(self, msg: Message, state: ClientState, ctx: ClientContext) -> tuple[Message, ClientState]:
-        reply, state = super().fit(msg, state, ctx)
-        model = self.client_model(msg, state)  # the trained local model, reloaded from the new state
-        data = ctx.data.train_eval if ctx.data.train_eval is not None else ctx.data.train
-        proto, count = class_prototypes(model, data, self.num_classes, ctx.device)
-        return Message(arrays={"proto": proto, "proto_count": count}, scalars=reply.scalars), state
-
-    def evaluate(self, msg: Message, state: ClientState, ctx: ClientContext, dataset: Dataset) -> dict[str, float]:
-        model = self.deploy_model(msg, state, ctx)
-        count = msg.arrays.get("proto_count")
-        if self.params.inference == "prototype" and count is not None and bool((count > 0).any()):
-            model = PrototypeClassifier(model, msg.arrays["proto"], count)  # type: ignore[arg-type]
-        return evaluate(model, dataset, ctx.device)
+    def deploy(self, msg: Message, state: ClientState, ctx: ClientContext) -> Deployment:
+        """The client's model (`inference="head"`), or nearest-global-prototype classification on its features
+        (`"prototype"`, once a global prototype exists); evaluated in batches of 256 (EVAL_BATCH_SIZE)."""
+        model = self.client_model(msg, state)
+        proto, count = received(msg)
+        if self.params.inference == "prototype" and bool((count > 0).any()):
+            return Deployment(PrototypeClassifier(model, proto, count), batch_size=EVAL_BATCH_SIZE)
+        return Deployment(model, batch_size=EVAL_BATCH_SIZE)

@@ -7,7 +7,7 @@ Implements the local objective of Eqs. 3-4 (Algorithm 1); the server is FedAvg:
 
 with sim the cosine similarity, z the representation of the model being trained, z_glob that of the frozen
 global model received this round and z_prev that of the client's own model at the end of its previous round
-(client state `state["prev"]`, every state key of the model).
+(the client state's `prev`, every state key of the model).
 
 Choices where the paper is silent or that this implementation makes:
 - Representation: by default z = model.features(x) (the SplitModel's feature extractor), with no projection
@@ -35,13 +35,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import Dataset
 
-from fedhet.algorithms.base import Algorithm, ClientContext, ClientState
+from fedhet.algorithms.base import Algorithm
 from fedhet.algorithms.registry import register
-from fedhet.engine.local import TrainStats
-from fedhet.engine.messages import Message
-from fedhet.engine.params import load_partial, state_of
+from fedhet.core.contract import ClientContext, ClientState, FitStats, ServerState, Work
+from fedhet.core.messages import Message
+from fedhet.core.params import StateDict, load_partial, state_of
 from fedhet.errors import ConfigError
 from fedhet.models import SplitModel
 
@@ -66,29 +65,51 @@ class ProjectedModel(SplitModel):
         self.projection.to(next(base.parameters()).device)
 
 
+@dataclass
+class MoonParams:
+    """mu: weight of l_con; temperature: tau; projection_dim: size of an optional projection head."""
+
+    mu: float = 1.0
+    temperature: float = 0.5
+    projection_dim: int | None = None
+
+    def validate(self) -> None:
+        if not self.mu >= 0:
+            raise ConfigError(f"moon: mu must be >= 0, got {self.mu}")
+        if not self.temperature > 0:
+            raise ConfigError(f"moon: temperature must be > 0, got {self.temperature}")
+        if self.projection_dim is not None and self.projection_dim < 1:
+            raise ConfigError(f"moon: projection_dim must be >= 1 or null, got {self.projection_dim}")
+
+
+@dataclass(kw_only=True)
+class MoonState(ClientState):
+    """The client's model at the end of its previous round (None before its first round)."""
+
+    prev: StateDict | None = None
+
+
+@dataclass(kw_only=True)
+class MoonWork(Work):
+    """The model being trained, the frozen global model received this round and the frozen previous local model
+    (both None in the client's first round: the loss is then CE only)."""
+
+    model: SplitModel
+    glob: SplitModel | None = None
+    prev: SplitModel | None = None
+
+
 @register
-class Moon(Algorithm):
+class Moon(Algorithm[ServerState, MoonState, MoonWork]):
     """FedAvg whose local loss pulls z towards the global model's representation and away from the previous one."""
 
     name = "moon"
+    Params = MoonParams
+    server_state_type = ServerState
+    client_state_type = MoonState
+    work_type = MoonWork
 
-    @dataclass
-    class Params:
-        """mu: weight of l_con; temperature: tau; projection_dim: size of an optional projection head."""
-
-        mu: float = 1.0
-        temperature: float = 0.5
-        projection_dim: int | None = None
-
-        def validate(self) -> None:
-            if not self.mu >= 0:
-                raise ConfigError(f"moon: mu must be >= 0, got {self.mu}")
-            if not self.temperature > 0:
-                raise ConfigError(f"moon: temperature must be > 0, got {self.temperature}")
-            if self.projection_dim is not None and self.projection_dim < 1:
-                raise ConfigError(f"moon: projection_dim must be >= 1 or null, got {self.projection_dim}")
-
-    def __init__(self, params: Any, model_fn: Callable[[], SplitModel], *args: Any, **kwargs: Any) -> None:
+    def __init__(self, params: MoonParams, model_fn: Callable[[], SplitModel], *args: Any, **kwargs: Any) -> None:
         dim = params.projection_dim
         build = model_fn if dim is None else (lambda: ProjectedModel(model_fn(), dim))
         super().__init__(params, build, *args, **kwargs)
@@ -96,34 +117,34 @@ class Moon(Algorithm):
     def represent(self, model: SplitModel, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(z, features u): z = projection(u) when the model has a projection head, else u."""
         u = model.features(x)
-        proj = getattr(model, "projection", None)
-        return (proj(u) if proj is not None else u), u
+        return (model.projection(u) if isinstance(model, ProjectedModel) else u), u
 
-    def _frozen_model(self, slot: str, weights: dict[str, torch.Tensor]) -> SplitModel:
+    def frozen_model(self, slot: str, weights: StateDict) -> SplitModel:
+        """The reused model `slot`, loaded with `weights`, without gradients, in eval mode."""
         model = self.spare_model(slot).requires_grad_(False)
         load_partial(model, weights)
         return model.eval()
 
-    def loss(self, model: SplitModel, x: torch.Tensor, y: torch.Tensor, ctx: ClientContext) -> torch.Tensor:
-        z, u = self.represent(model, x)
-        ce = F.cross_entropy(model.head(u), y)
-        glob, prev = ctx.extra.get("moon_global"), ctx.extra.get("moon_prev")
-        if glob is None or prev is None or self.params.mu == 0:
+    def start(self, msg: Message, state: MoonState, ctx: ClientContext) -> MoonWork:
+        """The received model; from the second round on, frozen copies of it (z_glob) and of the previous model."""
+        model = self.client_model(msg, state)
+        if state.prev is None:
+            return MoonWork(msg=msg, ctx=ctx, model=model)
+        return MoonWork(msg=msg, ctx=ctx, model=model, glob=self.frozen_model("global", state_of(model)),
+                        prev=self.frozen_model("prev", state.prev))
+
+    def loss(self, work: MoonWork, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """CE(logits, y) + mu * l_con (Eq. 4); CE only without a previous model or with mu = 0."""
+        z, u = self.represent(work.model, x)
+        ce = F.cross_entropy(work.model.head(u), y)
+        if work.glob is None or work.prev is None or self.params.mu == 0:
             return ce
         with torch.no_grad():
-            z_glob, z_prev = self.represent(glob, x)[0], self.represent(prev, x)[0]
-        return ce + self.params.mu * contrastive_loss(z, z_glob, z_prev, self.params.temperature)
+            z_glob, z_prev = self.represent(work.glob, x)[0], self.represent(work.prev, x)[0]
+        mu: float = self.params.mu
+        return ce + mu * contrastive_loss(z, z_glob, z_prev, self.params.temperature)
 
-    def local_train(self, model: SplitModel, msg: Message, state: ClientState, ctx: ClientContext,
-                    dataset: Dataset | None = None) -> TrainStats:
-        """Hand the frozen global model (= the round-start model) and the previous local model to `loss`."""
-        extra = dict(ctx.extra)
-        if "prev" in state:
-            extra["moon_global"] = self._frozen_model("global", state_of(model))
-            extra["moon_prev"] = self._frozen_model("prev", state["prev"])
-        return super().local_train(model, msg, state, dataclasses.replace(ctx, extra=extra), dataset)
-
-    def fit(self, msg: Message, state: ClientState, ctx: ClientContext) -> tuple[Message, ClientState]:
-        reply, state = super().fit(msg, state, ctx)
-        state["prev"] = state_of(self.spare_model("workspace"))  # type: ignore[arg-type]  # the model fit just trained
-        return reply, state
+    def finish(self, work: MoonWork, state: MoonState, stats: FitStats) -> tuple[Message, MoonState]:
+        """FedAvg's reply and local keys; the trained model becomes the next round's previous model."""
+        reply, new_state = super().finish(work, state, stats)
+        return reply, dataclasses.replace(new_state, prev=state_of(work.model))
