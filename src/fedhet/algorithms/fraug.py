@@ -33,237 +33,219 @@ leaves open (spec 2.4; each a `Params` field, docs/fraug.md has the reasons):
   RTNet the residual is g(z, y) itself.
 - evaluation as FedBN: the round's shared classifier with the client's local BN.
 Aggregation: uniform per Alg. 1 when `server.aggregation: uniform` (FRAug's configs); the setting is respected.
+Contract (fedhet.core.contract): one local pass whose step runs stage 1 (the classifier's optimizer, the train
+config's, persisted under `train.persist_optimizer`) then stage 2 (`Optimizers.step_each`: g and m step on
+gradients both taken before either moves; SGD, no clipping, no weight decay, not persisted). The fit's nets,
+prototypes, label cursor, schedules and diagnostics live in `FRAugWork`; the client keeps `FRAugState`.
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from fedhet.algorithms import fraug_losses as fl
-from fedhet.algorithms.base import Algorithm, ClientContext, ClientState, ServerState
+from fedhet.algorithms.base import Algorithm
 from fedhet.algorithms.fraug_losses import lambda_c, lambda_syn, update_prototypes
+from fedhet.algorithms.fraug_params import FRAugParams
 from fedhet.algorithms.registry import register
-from fedhet.engine.local import batches, check_finite, make_optimizer, optimizer_step
-from fedhet.engine.messages import Message, Scalar
-from fedhet.engine.params import BN_TYPES, keys_of_types, state_of
-from fedhet.errors import ConfigError
+from fedhet.core.contract import (
+    ClientContext,
+    ClientState,
+    FitStats,
+    LocalPass,
+    Optimizers,
+    OptimSpec,
+    ServerState,
+    Work,
+)
+from fedhet.core.messages import Message, Scalar
+from fedhet.core.params import BN_TYPES, StateDict, keys_of_types, state_of
 from fedhet.models import SplitModel
 from fedhet.models.fraug_nets import Generator, RTNet
 
+__all__ = ["DIAGNOSTICS", "GEN", "FRAug", "FRAugParams", "FRAugState", "FRAugWork", "lambda_c", "lambda_syn",
+           "update_prototypes"]
+
 GEN = "gen/"
-CHOICES = {"proto_mmd": ("prototype", "real"), "proto_init": ("first", "zeros"), "proto_absent": ("skip", "literal"),
-           "class_reduction": ("mean", "sum"), "stage2_features": ("reuse", "recompute"),
-           "proto_labels": fl.LABEL_DRAWS, "mmd_bandwidth": fl.BANDWIDTHS, "rt_input_c": fl.RT_INPUTS_C}
 DIAGNOSTICS = ("gen_loss", "rt_loss", "mmd_rt", "res_norm", "u_norm", "sigma")
 
 
+@dataclass(kw_only=True)
+class FRAugState(ClientState):
+    """The client's RTNet m^k, its EMA prototypes u_bar^k (C x d_u) with their seen flags, and where the
+    prototype labels' rotation stands (None / 0 before the client first trains; protos under `proto_persist`)."""
+
+    rtnet: StateDict | None = None
+    protos: Tensor | None = None
+    proto_seen: Tensor | None = None
+    proto_cursor: int = 0
+
+
+@dataclass(kw_only=True)
+class FRAugWork(Work):
+    """The fit's classifier (`model`), generator g and RTNet m (None when ablated), prototypes and their label
+    cursor, the round's schedules lam_c / lam_syn, and the float32 sums of the reported loss and DIAGNOSTICS."""
+
+    model: SplitModel
+    gen: nn.Module | None
+    rt: nn.Module | None
+    protos: Tensor
+    seen: Tensor
+    cursor: int
+    lam_c: float
+    lam_syn: float
+    totals: Tensor = field(default_factory=lambda: torch.zeros(1 + len(DIAGNOSTICS)))
+    aug_steps: int = 0
+
+
+@dataclass(frozen=True)
+class Draws:
+    """A step's random draws: the labels c of the u_hat_c, z for u_hat and z' for u_hat_c (without the
+    generator: z is None and z' holds the picked real class-c embeddings' indices, -1: the prototype)."""
+
+    labels_c: Tensor
+    z: Tensor | None
+    z2: Tensor
+
+
+def initial_prototypes(state: FRAugState, num_classes: int, dim: int, zeros: bool, device: torch.device
+                       ) -> tuple[Tensor, Tensor]:
+    """The client's prototypes and seen flags; before it has any, zeros flagged seen (`zeros`) or unseen."""
+    if state.protos is not None and state.proto_seen is not None:
+        return state.protos.to(device), state.proto_seen.to(device)
+    return (torch.zeros(num_classes, dim, device=device),
+            torch.full((num_classes,), zeros, dtype=torch.bool, device=device))
+
+
 @register
-class FRAug(Algorithm):
+class FRAug(Algorithm[ServerState, FRAugState, FRAugWork]):
     """Shared generator + local RTNet + EMA prototypes augment the head's training in the embedding space."""
 
     name = "fraug"
     personalized = True
+    Params = FRAugParams
+    server_state_type = ServerState
+    client_state_type = FRAugState
+    work_type = FRAugWork
 
-    @dataclass
-    class Params:
-        """Defaults: the appendix's Digits column (d_z 256, eta_g = eta_m = 0.005, alpha 1, beta 1.5, B_syn 64)."""
-
-        z_dim: int = 256
-        eta_g: float = 0.005
-        eta_m: float = 0.005
-        aux_momentum: float = 0.5
-        alpha: float = 1.0
-        beta: float = 1.5
-        b_syn: int = 64
-        b_syn_per_class: bool = False
-        proto_labels: str = "rotate"
-        lambda0: float = 0.3
-        r0_frac: float = 0.05
-        lambda_syn_rate: float = 0.01
-        eps: float = 1e-6
-        mmd_bandwidth: str = "pooled"
-        mmd_sigma: float | None = None
-        proto_mmd: str = "prototype"
-        proto_init: str = "first"
-        proto_absent: str = "skip"
-        proto_persist: bool = True
-        class_reduction: str = "mean"
-        stage2_features: str = "reuse"
-        rt_grad_to_generator: bool = False
-        use_generator: bool = True
-        use_rtnet: bool = True
-        use_ema: bool = True
-        rt_input_c: str = "batch"
-
-        def validate(self) -> None:
-            for key, choices in CHOICES.items():
-                if getattr(self, key) not in choices:
-                    raise ConfigError(f"fraug: {key} must be one of {', '.join(choices)}, got {getattr(self, key)!r}")
-            positive = {"z_dim": self.z_dim, "eta_g": self.eta_g, "eta_m": self.eta_m, "eps": self.eps}
-            for key, value in positive.items():
-                if not value > 0:
-                    raise ConfigError(f"fraug: {key} must be > 0, got {value}")
-            if self.b_syn < 2:
-                raise ConfigError(f"fraug: b_syn must be >= 2 (the generator has BatchNorm), got {self.b_syn}")
-            if min(self.alpha, self.beta, self.lambda_syn_rate, self.r0_frac) < 0 or not 0 <= self.aux_momentum < 1:
-                raise ConfigError("fraug: alpha, beta, lambda_syn_rate, r0_frac must be >= 0, aux_momentum in [0, 1)")
-            if not 0 < self.lambda0 <= 1:
-                raise ConfigError(f"fraug: lambda0 must be in (0, 1], got {self.lambda0}")
-            self._validate_bandwidth()
-            if not (self.use_generator or self.use_rtnet):
-                raise ConfigError("fraug: use_generator and use_rtnet cannot both be false (no residuals; use fedbn)")
-
-        def _validate_bandwidth(self) -> None:
-            if self.mmd_bandwidth == "fixed" and (self.mmd_sigma is None or not self.mmd_sigma > 0):
-                raise ConfigError(f"fraug: mmd_bandwidth fixed needs mmd_sigma > 0, got {self.mmd_sigma}")
-            if self.mmd_bandwidth != "fixed" and self.mmd_sigma is not None:
-                raise ConfigError(f"fraug: mmd_sigma is used only with mmd_bandwidth: fixed (got mmd_bandwidth "
-                                  f"{self.mmd_bandwidth!r}); set mmd_bandwidth=fixed or drop mmd_sigma")
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._nets: dict[str, nn.Module] = {}  # reused g / m buffers, fully loaded (or re-initialised) per fit
 
     def shared_keys(self, model: nn.Module) -> set[str]:
         return set(model.state_dict()) - keys_of_types(model, BN_TYPES)  # FedBN: BatchNorm stays local
 
     # ------------------------------------------------------------------ networks
     def new_generator(self) -> Generator:
-        return Generator(self.params.z_dim, self.num_classes, self._template.feature_dim).to(self.device)
+        return Generator(self.params.z_dim, self.num_classes, self.template.feature_dim).to(self.device)
 
     def new_rtnet(self) -> RTNet:
-        return RTNet(self._template.feature_dim, self.params.z_dim).to(self.device)
+        return RTNet(self.template.feature_dim, self.params.z_dim).to(self.device)
 
-    def _load(self, slot: str, weights: dict[str, torch.Tensor] | None) -> nn.Module:
-        """The reused network of `slot`, loaded with `weights` (None: freshly random-initialised, global RNG)."""
-        nets = self.__dict__.setdefault("_nets", {})
-        if weights is None or slot not in nets:
-            nets[slot] = self.new_generator() if slot == "gen" else self.new_rtnet()
+    def _net(self, slot: str, weights: StateDict | None) -> nn.Module:
+        """The reused network of `slot` ("gen" | "rt"), loaded with `weights` (None: freshly random-initialised
+        from the global RNG; a slot is also built, drawing from it, the first time it is used)."""
+        if weights is None or slot not in self._nets:
+            self._nets[slot] = self.new_generator() if slot == "gen" else self.new_rtnet()
         if weights is not None:
-            nets[slot].load_state_dict(weights)
-        return nets[slot].train()
+            self._nets[slot].load_state_dict(weights)
+        return self._nets[slot].train()
 
     def init_server(self) -> ServerState:
         server = super().init_server()
-        if self.params.use_generator:
-            server["global"].update({GEN + k: v for k, v in state_of(self.new_generator()).items()})
-        return server
+        if not self.params.use_generator:
+            return server
+        gen = {GEN + k: v for k, v in state_of(self.new_generator()).items()}
+        return dataclasses.replace(server, model={**server.model, **gen})
 
     # ------------------------------------------------------------------ losses (fedhet.algorithms.fraug_losses)
-    def synthetic_loss(self, head: nn.Module, u: torch.Tensor, y: torch.Tensor, res: torch.Tensor,
-                       protos: torch.Tensor, labels_c: torch.Tensor, res_c: torch.Tensor | None,
-                       lam_syn: float) -> torch.Tensor:
+    def synthetic_loss(self, head: nn.Module, u: Tensor, y: Tensor, res: Tensor, protos: Tensor, labels_c: Tensor,
+                       res_c: Tensor | None, lam_syn: float) -> Tensor:
         """Eqs. (2)-(3) with every input detached, so the gradient reaches the head only."""
         return fl.synthetic_loss(head, u, y, res, protos, labels_c, res_c, lam_syn, self.num_classes,
                                  self.params.class_reduction)
 
-    def rtnet_loss(self, head: nn.Module, u: torch.Tensor, y: torch.Tensor, u_hat: torch.Tensor,
-                   protos: torch.Tensor, labels_c: torch.Tensor, u_hat_c: torch.Tensor | None,
-                   sigma: torch.Tensor | None = None) -> torch.Tensor:
+    def rtnet_loss(self, head: nn.Module, u: Tensor, y: Tensor, u_hat: Tensor, protos: Tensor, labels_c: Tensor,
+                   u_hat_c: Tensor | None, sigma: Tensor | None = None) -> Tensor:
         """Eq. (6) with this run's beta, prototype-MMD choice and class reduction."""
         p = self.params
         return fl.rtnet_loss(head, u, y, u_hat, protos, labels_c, u_hat_c, p.beta, sigma, p.proto_mmd,
                              p.class_reduction)
 
     # ------------------------------------------------------------------ client side
-    @staticmethod
-    def residual(gen: nn.Module | None, rt: nn.Module | None, z: torch.Tensor | None, y: torch.Tensor,
-                 base: torch.Tensor | None, into_generator: bool = False) -> torch.Tensor:
-        """m(g(z, y)); g(z, y) without the RTNet; m(base) without the generator (base: u, or u_hat_c's source)."""
-        v = gen(z, y) if gen is not None else base.detach()  # type: ignore[union-attr]
-        return v if rt is None else rt(v if into_generator else v.detach())
-
-    def _proto_labels(self, seen: torch.Tensor, cursor: int = 0) -> tuple[torch.Tensor, int]:
-        """The labels c of this step's prototype-based synthetic embeddings (empty without EMA), next cursor."""
+    def start(self, msg: Message, state: FRAugState, ctx: ClientContext) -> FRAugWork:
+        """The classifier (received shared part + local BN), g from the message, m from the state (fresh at the
+        client's first round), the prototypes, and the round's schedules."""
         p = self.params
-        classes = seen.nonzero().flatten() if p.use_ema else seen.new_zeros(0, dtype=torch.long)
-        return fl.proto_labels(classes, p.b_syn, p.b_syn_per_class, p.proto_labels, cursor)
-    def fit(self, msg: Message, state: ClientState, ctx: ClientContext) -> tuple[Message, ClientState]:
-        state, p, cfg = dict(state), self.params, self.train_cfg
-        if "rounds" not in ctx.extra:
-            raise ValueError("fraug needs ctx.extra['rounds'] (the run's R) for its schedules")
-        rounds = int(ctx.extra["rounds"])
         model = self.client_model(msg, state)
-        gen = self._load("gen", {k[len(GEN):]: v for k, v in msg.arrays.items() if k.startswith(GEN)}
-                         ) if p.use_generator else None
-        rt = self._load("rt", state.get("rtnet")) if p.use_rtnet else None
-        protos, seen = self._prototypes(state, model.feature_dim, ctx.device)
-        cursor = int(state.get("proto_cursor", 0))
-        lam_c = lambda_c(ctx.round, rounds, p.lambda0, p.r0_frac)
-        lam_s = lambda_syn(ctx.round, rounds, p.lambda_syn_rate)
-        opt = make_optimizer(model.parameters(), cfg)
-        if cfg.persist_optimizer and "optim" in state:
-            opt.load_state_dict(copy.deepcopy(state["optim"]))  # torch aliases the loaded buffers
-        aux = [torch.optim.SGD(net.parameters(), lr=lr, momentum=p.aux_momentum)
-               for net, lr in ((gen, p.eta_g), (rt, p.eta_m)) if net is not None]
-        model.train()
-        totals, steps, aug_steps = torch.zeros(1 + len(DIAGNOSTICS)), 0, 0
-        for x, y in batches(ctx.data.train, cfg, device=ctx.device):
-            u = model.features(x)
-            loss = F.cross_entropy(model.head(u), y)
-            protos, seen = update_prototypes(protos, seen, u.detach(), y, lam_c, p.eps, p.proto_absent == "skip")
-            aug = len(y) >= 2  # the generator / RTNet BatchNorm needs two samples
-            if aug:
-                labels_c, cursor = self._proto_labels(seen, cursor)
-                z = torch.randn(len(y), p.z_dim, device=ctx.device) if gen is not None else None
-                # z' for the generator; without it, which real class-c embedding (or -1: u_bar_c) m transforms
-                z2 = torch.randn(len(labels_c), p.z_dim, device=ctx.device) if gen is not None else \
-                    fl.pick_real(y, labels_c, p.rt_input_c == "batch")
-                with torch.no_grad():
-                    res = self.residual(gen, rt, z, y, u)
-                    base_c = fl.rt_source_c(u, protos, labels_c, z2) if gen is None else None
-                    res_c = self.residual(gen, rt, z2, labels_c, base_c) if len(labels_c) else None
-                loss = loss + self.synthetic_loss(model.head, u, y, res, protos, labels_c, res_c, lam_s)
-            optimizer_step(model, opt, loss, f"{self.name} client {ctx.client_id} round {ctx.round}",
-                           self.train_cfg.grad_clip)
-            if aug:
-                u2 = u.detach() if p.stage2_features == "reuse" else self._features_keep_bn(model, x)
-                totals[1:] += self._stage2(model.head, gen, rt, aux, u2, y, z, z2, protos, labels_c, lam_s)
-                aug_steps += 1
-            totals[0] += float(loss.detach())
-            steps += 1
-        if cfg.persist_optimizer:
-            state["optim"] = copy.deepcopy(opt.state_dict())
-        state["local"] = state_of(model, self.local_keys())
-        if rt is not None:
-            state["rtnet"] = state_of(rt)
-        if p.use_ema and p.proto_persist:
-            state["protos"], state["proto_seen"] = protos.cpu(), seen.cpu()
-            state["proto_cursor"] = torch.tensor(cursor)
-        arrays = state_of(model, self._shared)
-        if gen is not None:
-            arrays.update({GEN + k: v for k, v in state_of(gen).items()})
-        scalars: dict[str, Scalar] = {"train_loss": float(totals[0]) / max(steps, 1), "steps": steps}
-        scalars.update(zip(DIAGNOSTICS, (totals[1:] / max(aug_steps, 1)).tolist(), strict=True))
-        return Message(arrays=arrays, scalars=scalars), state
+        gen = self._net("gen", {k[len(GEN):]: v for k, v in msg.arrays.items() if k.startswith(GEN)}
+                        ) if p.use_generator else None
+        rt = self._net("rt", state.rtnet) if p.use_rtnet else None
+        protos, seen = initial_prototypes(state, self.num_classes, model.feature_dim, p.proto_init == "zeros",
+                                          ctx.device)
+        return FRAugWork(msg=msg, ctx=ctx, model=model, gen=gen, rt=rt, protos=protos, seen=seen,
+                         cursor=state.proto_cursor, lam_c=lambda_c(ctx.round, ctx.rounds, p.lambda0, p.r0_frac),
+                         lam_syn=lambda_syn(ctx.round, ctx.rounds, p.lambda_syn_rate))
 
-    def _prototypes(self, state: ClientState, dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        if "protos" in state:
-            return state["protos"].to(device), state["proto_seen"].to(device)
-        zeros = self.params.proto_init == "zeros"
-        return (torch.zeros(self.num_classes, dim, device=device),
-                torch.full((self.num_classes,), zeros, dtype=torch.bool, device=device))
+    def passes(self, work: FRAugWork) -> list[LocalPass]:
+        """One pass; each step: stage 1 (classifier), then stage 2 (g and m, simultaneously)."""
+        p = self.params
+        optims = {"model": OptimSpec.from_train(list(work.model.parameters()), self.train_cfg)}
+        for slot, net, lr in (("gen", work.gen, p.eta_g), ("rt", work.rt, p.eta_m)):
+            if net is not None:
+                optims[slot] = OptimSpec(list(net.parameters()), lr=lr, momentum=p.aux_momentum)
+        return [LocalPass("local", lambda x, y, opt: self.step(work, x, y, opt), optims, self.train_cfg,
+                          modules=(work.model,))]
 
-    @staticmethod
-    @torch.no_grad()
-    def _features_keep_bn(model: SplitModel, x: torch.Tensor) -> torch.Tensor:
-        """f(x) in train mode with the BatchNorm running statistics restored afterwards."""
-        saved = [b.clone() for b in model.buffers()]
+    def step(self, work: FRAugWork, x: Tensor, y: Tensor, optimizers: Optimizers) -> Tensor:
+        """Alg. 1's local step: Eq. (4) on the batch, stage 1 on L_real + L_syn, stage 2; returns stage 1's loss."""
+        p, model = self.params, work.model
         u = model.features(x)
-        for b, s in zip(model.buffers(), saved, strict=True):
-            b.copy_(s)
-        return u
+        loss = F.cross_entropy(model.head(u), y)
+        work.protos, work.seen = update_prototypes(work.protos, work.seen, u.detach(), y, work.lam_c, p.eps,
+                                                   p.proto_absent == "skip")
+        draws = None
+        if len(y) >= 2:  # the generator / RTNet BatchNorm needs two samples
+            draws, synthetic = self.augment(work, u, y)
+            loss = loss + synthetic
+        optimizers.step(loss, "model")
+        if draws is not None:
+            u2 = u.detach() if p.stage2_features == "reuse" else fl.features_keep_bn(model, x)
+            work.totals[1:] += self.stage2(work, u2, y, draws, optimizers)
+            work.aug_steps += 1
+        work.totals[0] += float(loss.detach())
+        return loss
 
-    def _stage2(self, head: nn.Module, gen: nn.Module | None, rt: nn.Module | None, aux: list,
-                u: torch.Tensor, y: torch.Tensor, z: torch.Tensor | None, z2: torch.Tensor,
-                protos: torch.Tensor, labels_c: torch.Tensor, lam_s: float) -> torch.Tensor:
-        """Eq. (5) -> generator, Eq. (6) -> RTNet (classifier fixed: gradients go to g and m only).
-        Returns the step's DIAGNOSTICS (losses, unweighted MMD(u_hat, u), mean norms of the residual and u)."""
-        p, route = self.params, self.params.rt_grad_to_generator
+    def augment(self, work: FRAugWork, u: Tensor, y: Tensor) -> tuple[Draws, Tensor]:
+        """The step's draws (labels c, z, z') and L_syn on the residuals of the current g and m (Eqs. 2-3)."""
+        p, gen, rt, device = self.params, work.gen, work.rt, work.ctx.device
+        classes = work.seen.nonzero().flatten() if p.use_ema else work.seen.new_zeros(0, dtype=torch.long)
+        labels_c, work.cursor = fl.proto_labels(classes, p.b_syn, p.b_syn_per_class, p.proto_labels, work.cursor)
+        z = torch.randn(len(y), p.z_dim, device=device) if gen is not None else None
+        # z' for the generator; without it, which real class-c embedding (or -1: u_bar_c) m transforms
+        z2 = torch.randn(len(labels_c), p.z_dim, device=device) if gen is not None else \
+            fl.pick_real(y, labels_c, p.rt_input_c == "batch")
+        with torch.no_grad():
+            res = fl.residual(gen, rt, z, y, u)
+            base_c = fl.rt_source_c(u, work.protos, labels_c, z2) if gen is None else None
+            res_c = fl.residual(gen, rt, z2, labels_c, base_c) if len(labels_c) else None
+        synthetic = self.synthetic_loss(work.model.head, u, y, res, work.protos, labels_c, res_c, work.lam_syn)
+        return Draws(labels_c, z, z2), synthetic
+
+    def stage2(self, work: FRAugWork, u: Tensor, y: Tensor, draws: Draws, optimizers: Optimizers) -> Tensor:
+        """Eq. (5) -> generator, Eq. (6) -> RTNet (classifier fixed: gradients go to g and m only), both taken
+        before either steps. Returns the step's DIAGNOSTICS."""
+        p, route, gen, rt, head = self.params, self.params.rt_grad_to_generator, work.gen, work.rt, work.model.head
+        protos, labels_c, lam_s = work.protos, draws.labels_c, work.lam_syn
         sigma = fl.mmd_bandwidth(u, p.mmd_bandwidth, p.mmd_sigma)
         gen_loss = rt_loss = torch.zeros((), device=u.device)
-        v = gen(z, y) if gen is not None else None
+        v = gen(draws.z, y) if gen is not None else None
         if v is not None:
             gen_loss = fl.generator_loss(head, v, y, u, p.alpha, sigma)
         src = v if v is not None else u  # the RTNet's input: g(z, y), or the real u without the generator
@@ -272,27 +254,28 @@ class FRAug(Algorithm):
             u_hat_c = None
             if len(labels_c):
                 with torch.set_grad_enabled(route):
-                    src_c = gen(z2, labels_c) if gen is not None else fl.rt_source_c(u, protos, labels_c, z2)
+                    src_c = gen(draws.z2, labels_c) if gen is not None else \
+                        fl.rt_source_c(u, protos, labels_c, draws.z2)
                 u_hat_c = protos[labels_c] + lam_s * rt(src_c if route else src_c.detach())
             rt_loss = self.rtnet_loss(head, u, y, u + res, protos, labels_c, u_hat_c, sigma)
-        nets = [net for net in (gen, rt) if net is not None]
-        objectives = [gen_loss + (rt_loss if route else 0.0)] if gen is not None else []
-        objectives += [rt_loss] if rt is not None else []
-        for obj in objectives:
-            check_finite(obj, f"{self.name} stage 2")
-        grads = [torch.autograd.grad(obj, list(net.parameters()), retain_graph=True, allow_unused=True)
-                 for obj, net in zip(objectives, nets, strict=True)]
-        for opt, net, gs in zip(aux, nets, grads, strict=True):
-            for param, g in zip(net.parameters(), gs, strict=True):
-                param.grad = g
-            opt.step()
-        return self._diagnostics(gen_loss, rt_loss, u, res.detach(), sigma)
+        losses = {"gen": gen_loss + (rt_loss if route else 0.0)} if gen is not None else {}
+        if rt is not None:
+            losses["rt"] = rt_loss
+        optimizers.step_each(losses)
+        return fl.step_diagnostics(gen_loss, rt_loss, u, res.detach(), sigma)
 
-    @staticmethod
-    @torch.no_grad()
-    def _diagnostics(gen_loss: torch.Tensor, rt_loss: torch.Tensor, u: torch.Tensor, res: torch.Tensor,
-                     sigma: torch.Tensor | None) -> torch.Tensor:
-        s = fl.median_heuristic_sigma(u + res, u) if sigma is None else sigma
-        mmd = fl.gaussian_mmd(u + res, u, s)
-        norms = res.norm(dim=1).mean(), u.norm(dim=1).mean()
-        return torch.stack([gen_loss.detach(), rt_loss.detach(), mmd, *norms, s.reshape(())]).float().cpu()
+    def finish(self, work: FRAugWork, state: FRAugState, stats: FitStats) -> tuple[Message, FRAugState]:
+        """Send the classifier's shared part and g; keep the local BN, m, and (`proto_persist`) the prototypes."""
+        p = self.params
+        new = dataclasses.replace(state, local=state_of(work.model, self.local_keys()))
+        if work.rt is not None:
+            new = dataclasses.replace(new, rtnet=state_of(work.rt))
+        if p.use_ema and p.proto_persist:
+            new = dataclasses.replace(new, protos=work.protos.cpu(), proto_seen=work.seen.cpu(),
+                                      proto_cursor=work.cursor)
+        arrays = state_of(work.model, self.shared)
+        if work.gen is not None:
+            arrays.update({GEN + k: v for k, v in state_of(work.gen).items()})
+        scalars: dict[str, Scalar] = {"train_loss": float(work.totals[0]) / max(stats.steps, 1), "steps": stats.steps}
+        scalars.update(zip(DIAGNOSTICS, (work.totals[1:] / max(work.aug_steps, 1)).tolist(), strict=True))
+        return Message(arrays=arrays, scalars=scalars), new

@@ -8,6 +8,8 @@
 - `proto_labels`: the classes c of the B_syn prototype-based synthetic embeddings u_hat_c of one step.
 - `lambda_c`, `lambda_syn` (appendix A.2 schedules), `update_prototypes` (Eq. 4).
 - `pick_real`, `rt_source_c`: the RTNet's input for u_hat_c in the ablation without the generator.
+- `residual`, `features_keep_bn`, `step_diagnostics`: a step's residuals, its recomputed stage-2 features and
+  what it reports.
 
 The sums over classes are reduced by `per_class`: per-class means, then summed (the literal Sigma_c) or averaged.
 """
@@ -21,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedhet.losses import gaussian_mmd, median_heuristic_sigma, softmax_entropy
+from fedhet.models import SplitModel
 
 BANDWIDTHS = ("pooled", "real", "fixed")
 LABEL_DRAWS = ("rotate", "random")
@@ -133,10 +136,42 @@ def rtnet_loss(head: nn.Module, u: Tensor, y: Tensor, u_hat: Tensor, protos: Ten
     if u_hat_c is None or not len(labels_c):
         return loss
     logits_c, terms = head(u_hat_c), []
-    for c in labels_c.unique():
+    for c in torch.unique(labels_c):
         mask = labels_c == c
         real = u[y == c] if proto_mmd == "real" else u[:0]
         target = real if len(real) else protos[c].detach()[None]
         terms.append(-softmax_entropy(logits_c[mask]) + beta * gaussian_mmd(u_hat_c[mask], target, sigma))
     total = torch.stack(terms)
     return loss + (total.sum() if reduction == "sum" else total.mean())
+
+
+def residual(gen: nn.Module | None, rt: nn.Module | None, z: Tensor | None, y: Tensor, base: Tensor | None
+             ) -> Tensor:
+    """m(g(z, y)); g(z, y) without the RTNet; m(base) without the generator (base: u, or u_hat_c's source)."""
+    if gen is not None:
+        v: Tensor = gen(z, y)
+    elif base is not None:
+        v = base.detach()
+    else:
+        raise ValueError("fraug: a residual without the generator needs the RTNet's input")
+    return v if rt is None else rt(v.detach())
+
+
+@torch.no_grad()
+def features_keep_bn(model: SplitModel, x: Tensor) -> Tensor:
+    """f(x) in train mode with the BatchNorm running statistics restored afterwards."""
+    saved = [b.clone() for b in model.buffers()]
+    u: Tensor = model.features(x)
+    for b, s in zip(model.buffers(), saved, strict=True):
+        b.copy_(s)
+    return u
+
+
+@torch.no_grad()
+def step_diagnostics(gen_loss: Tensor, rt_loss: Tensor, u: Tensor, res: Tensor, sigma: Tensor | None) -> Tensor:
+    """A stage-2 step's diagnostics (fraug.DIAGNOSTICS): the two losses, the unweighted MMD(u + res, u), the mean
+    norms of the residual and of u, and the MMD's bandwidth."""
+    s = median_heuristic_sigma(u + res, u) if sigma is None else sigma
+    mmd = gaussian_mmd(u + res, u, s)
+    norms = res.norm(dim=1).mean(), u.norm(dim=1).mean()
+    return torch.stack([gen_loss.detach(), rt_loss.detach(), mmd, *norms, s.reshape(())]).float().cpu()
