@@ -29,10 +29,10 @@ import torch
 from torch.utils.data import TensorDataset
 
 from fedhet.config import load_config
-from fedhet.data import ClientData
 from fedhet.core.atomic import atomic_write_text
-from fedhet.engine.experiment import Experiment, build_experiment
 from fedhet.core.messages import Message, Reply
+from fedhet.data import ClientData
+from fedhet.engine.experiment import Experiment, build_experiment
 from fedhet.runtimes.batched import BatchedClients
 from fedhet.runtimes.inprocess import InProcessClients
 

@@ -15,12 +15,12 @@ import platform
 import torch
 
 from fedhet.config import load_config
-from fedhet.data import build_federated_data
 from fedhet.core.atomic import atomic_write_text
-from fedhet.engine.experiment import make_model_fn, resolve_device
-from fedhet.engine.evaluation import evaluate
-from fedhet.engine.local import train_local
 from fedhet.core.seeding import seeded
+from fedhet.data import build_federated_data
+from fedhet.engine.evaluation import evaluate
+from fedhet.engine.experiment import make_model_fn, resolve_device
+from fedhet.engine.local import train_local
 
 
 def main() -> None:

@@ -26,8 +26,8 @@ import torch
 
 from fedhet.config import load_config
 from fedhet.core.atomic import atomic_write_text
-from fedhet.engine.experiment import build_experiment
 from fedhet.core.seeding import seeded
+from fedhet.engine.experiment import build_experiment
 from fedhet.engine.sweep import plan_sweep
 
 

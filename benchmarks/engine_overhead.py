@@ -16,17 +16,19 @@ import json
 import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from fedhet.config import load_config
 from fedhet.core.atomic import atomic_write_text
-from fedhet.engine.experiment import build_experiment
+from fedhet.core.seeding import seeded
 from fedhet.engine.batching import batches
+from fedhet.engine.experiment import build_experiment
 from fedhet.engine.local import make_optimizer
 from fedhet.engine.loop import RoundLoop
-from fedhet.core.seeding import seeded
+from fedhet.launch.run import make_executor
 
 
 def bare_round(model: nn.Module, global_state: dict, datasets: list, cfg, rnd: int, seed: int) -> dict:
@@ -63,7 +65,7 @@ def main() -> None:
                              f"rounds={args.rounds + args.warmup}", f"train.local_steps={args.local_steps}",
                              "train.batch_size=32", "run.quiet=true", "data.augment=false", "run.device=cpu"])
     exp = build_experiment(cfg)
-    loop = RoundLoop(exp, run_dir=__import__("pathlib").Path("/tmp/fedhet_overhead_run"), progress=False)
+    loop = RoundLoop(exp, Path("/tmp/fedhet_overhead_run"), make_executor(exp), progress=False)
     model = exp.model_fn()
     bare_state = {k: v.clone() for k, v in model.state_dict().items()}
     datasets = [c.train for c in exp.data.clients]

@@ -109,7 +109,7 @@ def _summary(run_dir: Path, wall: float) -> dict[str, Any]:
 
 
 def run_inprocess(cfg, work: Path) -> dict[str, Any]:
-    from fedhet.engine.loop import run_experiment
+    from fedhet.launch.run import run_experiment
 
     start = time.perf_counter()
     run_experiment(cfg, work / "inprocess", progress=False)

@@ -29,8 +29,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from fedhet.config import ExperimentConfig, load_config
 from fedhet.core.atomic import atomic_write_text
-from fedhet.engine.experiment import Experiment, build_experiment
 from fedhet.core.seeding import seeded
+from fedhet.engine.experiment import Experiment, build_experiment
 from fedhet.engine.sweep import plan_sweep
 from fedhet.models import build_model, count_params_and_macs
 from fedhet.models.fraug_nets import Generator, RTNet

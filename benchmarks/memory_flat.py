@@ -16,6 +16,7 @@ from fedhet.config import load_config
 from fedhet.core.atomic import atomic_write_text
 from fedhet.engine.experiment import build_experiment
 from fedhet.engine.loop import RoundLoop
+from fedhet.launch.run import make_executor
 
 
 def rss_mib() -> float:
@@ -37,7 +38,7 @@ def main() -> None:
                              f"rounds={args.rounds}", "train.local_steps=5", "run.quiet=true",
                              "run.checkpoint_every=10", f"run.out_dir=/tmp/fedhet_mem_{args.method}"])
     exp = build_experiment(cfg)
-    loop = RoundLoop(exp, Path(cfg.run.out_dir) / "run", progress=False)
+    loop = RoundLoop(exp, Path(cfg.run.out_dir) / "run", make_executor(exp), progress=False)
     rss = []
     for rnd in range(1, args.rounds + 1):
         loop.train_round(rnd)

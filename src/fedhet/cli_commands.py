@@ -16,8 +16,8 @@ from fedhet.errors import FedhetError
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fedhet.config import load_config
-    from fedhet.engine.loop import run_experiment
     from fedhet.engine.sweep import SweepPlan, check_plan
+    from fedhet.launch.run import run_experiment
 
     check_stop_after(args.stop_after)
     cfg = load_config(*config_and_overrides(args))

@@ -107,7 +107,8 @@ def test_all_is_centralized() -> None:
 def test_all_scales_local_steps_by_client_count() -> None:
     alg = make("all", n=4)
     alg.train_cfg.batch_size = 2
-    out, _ = fit_client(alg, alg.broadcast(alg.init_server(), info(), 0), alg.init_client(0), ctx(0, n=4, num_clients=3))
+    msg = alg.broadcast(alg.init_server(), info(), 0)
+    out, _ = fit_client(alg, msg, alg.init_client(0), ctx(0, n=4, num_clients=3))
     assert out.scalars["steps"] == 3
 
 

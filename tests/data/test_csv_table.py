@@ -154,7 +154,7 @@ def test_one_file_without_client_column_for_label_skew(tmp_path: Path) -> None:
 
 
 def test_shipped_example_config_runs_one_round(tmp_path: Path) -> None:
-    from fedhet.engine.loop import run_experiment
+    from fedhet.launch.run import run_experiment
 
     path = write_example_csv(tmp_path / "hospitals.csv", rows_per_hospital=30)
     conf = load_config(REPO / "configs" / "csv_example.yaml",

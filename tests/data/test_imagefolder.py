@@ -218,7 +218,7 @@ def test_builtin_folder_datasets_get_the_same_errors(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- end to end
 def test_shipped_example_config_runs_one_round(tmp_path: Path) -> None:
-    from fedhet.engine.loop import run_experiment
+    from fedhet.launch.run import run_experiment
 
     write_example_imagefolder(tmp_path / "data", per_class=8)
     conf = load_config(REPO / "configs" / "imagefolder_example.yaml",

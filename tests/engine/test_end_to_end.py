@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fedhet.config import load_config
-from fedhet.engine.loop import run_experiment
+from fedhet.launch.run import run_experiment
 
 FAST = ["data.dataset=offline_digits", "model.name=small_cnn", "rounds=8", "train.local_epochs=1",
         "train.batch_size=32", "train.lr=0.01", "train.momentum=0.5", "run.quiet=true", "data.augment=false"]

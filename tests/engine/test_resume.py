@@ -9,8 +9,9 @@ import torch
 from fedhet_testing import assert_same_run
 
 from fedhet.config import load_config
-from fedhet.engine.loop import Interrupted, RoundLoop, run_experiment
+from fedhet.engine.loop import Interrupted, RoundLoop
 from fedhet.errors import CheckpointError, TrainingDivergedError
+from fedhet.launch.run import run_experiment
 
 BASE = ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={width: 8}", "train.local_steps=1",
         "train.batch_size=16", "run.quiet=true", "run.checkpoint_every=3", "data.max_test_per_client=40"]

@@ -16,9 +16,9 @@ import torch
 
 from fedhet.config import load_config
 from fedhet.engine.checkpoint import config_differences
-from fedhet.engine.loop import run_experiment
 from fedhet.engine.rundir import RunDirectory, RunDirError
 from fedhet.errors import CheckpointError
+from fedhet.launch.run import run_experiment
 
 BASE = ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={width: 8}", "train.local_steps=1",
         "train.batch_size=16", "run.quiet=true", "data.max_test_per_client=40", "method=fedavg"]

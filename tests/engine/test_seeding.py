@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from fedhet.engine.sampling import sample_clients
 from fedhet.core.seeding import derive_seed, seeded
+from fedhet.engine.sampling import sample_clients
 
 
 def test_derive_seed_stable_and_distinct() -> None:

@@ -23,8 +23,8 @@ import torch
 
 from fedhet.config import load_config
 from fedhet.engine.experiment import build_experiment
-from fedhet.engine.loop import RoundLoop, client_executor, run_experiment
 from fedhet.errors import CheckpointError, ConfigError
+from fedhet.launch.run import make_executor, run_experiment
 from fedhet.runtimes.batched import BatchedClients
 from fedhet.runtimes.inprocess import InProcessClients
 
@@ -130,14 +130,14 @@ def test_unbatchable_methods_raise_naming_the_inprocess_runtime(method: str) -> 
     exp = build_experiment(load_config(None, [*BASE, f"method={method}", "run.runtime=batched"]))
     with pytest.raises(ConfigError, match=rf"method '{method}' cannot run on run.runtime=batched.*"
                                           r"run.runtime=inprocess"):
-        client_executor(exp)
+        make_executor(exp)
 
 
 def test_runtime_is_selected_by_config(tmp_path: Path) -> None:
     exp = build_experiment(load_config(None, [*BASE, "run.runtime=batched"]))
-    assert isinstance(RoundLoop(exp, tmp_path, progress=False).clients, BatchedClients)
+    assert isinstance(make_executor(exp), BatchedClients)
     exp = build_experiment(load_config(None, BASE))
-    assert type(RoundLoop(exp, tmp_path, progress=False).clients) is InProcessClients
+    assert type(make_executor(exp)) is InProcessClients
     with pytest.raises(ConfigError, match="batched_max_clients"):
         load_config(None, [*BASE, "run.batched_max_clients=0"])
 

@@ -26,9 +26,9 @@ from flwr.app import Context, RecordDict  # noqa: E402
 from flwr.app import Message as FlowerMessage  # noqa: E402
 
 from fedhet.config import load_config  # noqa: E402
-from fedhet.engine.experiment import build_experiment  # noqa: E402
-from fedhet.engine.loop import run_experiment  # noqa: E402
 from fedhet.core.messages import Message  # noqa: E402
+from fedhet.engine.experiment import build_experiment  # noqa: E402
+from fedhet.launch.run import run_experiment  # noqa: E402
 from fedhet.runtimes.flower import client as flower_client  # noqa: E402
 from fedhet.runtimes.flower import node_app  # noqa: E402
 from fedhet.runtimes.flower.app import FlowerSettings  # noqa: E402
@@ -174,8 +174,8 @@ def test_state_dir_restores_a_restarted_node(tmp_path, task_identity) -> None:
     context = Context(run_id=1, node_id=1, state=RecordDict(), run_config={},
                       node_config={"partition-id": 2, "num-partitions": 4, "state-dir": str(tmp_path)})
     server = exp.algorithm.init_server()
-    msg = FlowerMessage(to_content(exp.algorithm.broadcast(server, exp.round_info(1), 2), round=1, client=2), dst_node_id=1,
-                        message_type="train")
+    content = to_content(exp.algorithm.broadcast(server, exp.round_info(1), 2), round=1, client=2)
+    msg = FlowerMessage(content, dst_node_id=1, message_type="train")
     flower_client.handle("train", msg, context, setup)
     saved = flower_client.stored_state(context, 1)
     fresh = Context(run_id=1, node_id=1, state=RecordDict(), run_config={}, node_config=context.node_config)

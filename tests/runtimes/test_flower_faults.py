@@ -29,11 +29,14 @@ from flwr.app import ArrayRecord, Context, Error, RecordDict  # noqa: E402
 from flwr.app import Message as FlowerMessage  # noqa: E402
 
 from fedhet.algorithms import ALGORITHMS  # noqa: E402
+from fedhet.algorithms.base import spec_of  # noqa: E402
 from fedhet.config import load_config  # noqa: E402
-from fedhet.engine.experiment import build_experiment  # noqa: E402
-from fedhet.engine.loop import Interrupted, RoundLoop, run_experiment  # noqa: E402
 from fedhet.core.messages import Message  # noqa: E402
+from fedhet.engine.experiment import build_experiment  # noqa: E402
+from fedhet.engine.local import fit_client  # noqa: E402
+from fedhet.engine.loop import Interrupted, RoundLoop  # noqa: E402
 from fedhet.engine.sampling import sample_clients  # noqa: E402
+from fedhet.launch.run import run_experiment  # noqa: E402
 from fedhet.runtimes.flower import client as flower_client  # noqa: E402
 from fedhet.runtimes.flower.records import metrics_content, to_content  # noqa: E402
 from fedhet.runtimes.flower.server import (  # noqa: E402
@@ -51,8 +54,6 @@ from fedhet.runtimes.flower.validation import (  # noqa: E402
     fit_reply,
 )
 from fedhet.runtimes.inprocess import InProcessClients  # noqa: E402
-from fedhet.algorithms.base import spec_of  # noqa: E402
-from fedhet.engine.local import fit_client  # noqa: E402
 
 BASE = ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={width: 8}", "train.local_steps=1",
         "train.batch_size=16", "train.lr=0.1", "data.max_test_per_client=20", "run.quiet=true", "run.device=cpu",
@@ -196,9 +197,8 @@ class SkippingClients(InProcessClients):
 
 
 def reference(c, run_dir: Path, skip: dict[int, set[int]]) -> list[dict]:
-    loop = RoundLoop(build_experiment(c), run_dir, progress=False)
-    loop.clients = SkippingClients(loop.exp, skip)
-    loop.run()
+    exp = build_experiment(c)
+    RoundLoop(exp, run_dir, SkippingClients(exp, skip), progress=False).run()
     return rows(run_dir)
 
 

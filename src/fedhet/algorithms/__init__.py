@@ -9,15 +9,12 @@ import importlib
 import pkgutil
 
 from fedhet.algorithms.base import Algorithm, ModelAlgorithm
-from fedhet.core.contract import ClientContext, ClientState, ServerState, Work
 from fedhet.algorithms.registry import ALGORITHMS, register
+from fedhet.core.contract import ClientContext, ClientState, ServerState, Work
 
-# TEMPORARY while the contract v2 port is under way (issue 14): modules not yet ported are not imported.
-_PORTING = {
-    # port group 1 (fraug, fraug_losses): done
-}
 for _module in pkgutil.iter_modules(__path__):
-    if _module.name not in ("base", "registry") and _module.name not in _PORTING:
+    if _module.name not in ("base", "registry"):
         importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "ClientState", "ModelAlgorithm", "ServerState", "Work", "register"]
+__all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "ClientState", "ModelAlgorithm", "ServerState", "Work",
+           "register"]

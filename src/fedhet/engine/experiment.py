@@ -13,8 +13,8 @@ from threadpoolctl import threadpool_limits
 from fedhet.algorithms import ALGORITHMS, Algorithm
 from fedhet.config import ExperimentConfig, from_dict
 from fedhet.core.contract import ClientContext, RoundInfo
-from fedhet.data import ClientData, FederatedData, build_federated_data
 from fedhet.core.seeding import seeded
+from fedhet.data import ClientData, FederatedData, build_federated_data
 from fedhet.errors import ConfigError
 from fedhet.models import SplitModel, build_model
 

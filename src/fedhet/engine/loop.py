@@ -12,16 +12,16 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from fedhet.config import ExperimentConfig
-from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
-from fedhet.engine.experiment import Experiment, build_experiment
-from fedhet.engine.evaluation import evaluate
-from fedhet.engine.finite import DIVERGED_ADVICE, first_nonfinite
-from fedhet.engine.rundir import RunDirectory, check_writable_path, client_rows, start_check
-from fedhet.engine.sampling import sample_clients
 from fedhet.core.seeding import seeded
+from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedhet.engine.evaluation import evaluate
+from fedhet.engine.executor import ClientExecutor
+from fedhet.engine.experiment import Experiment
+from fedhet.engine.finite import DIVERGED_ADVICE, first_nonfinite
+from fedhet.engine.rundir import RunDirectory, client_rows
+from fedhet.engine.sampling import sample_clients
 from fedhet.engine.signals import StopSignals
 from fedhet.errors import ConfigError, FedhetError, TrainingDivergedError
-from fedhet.runtimes.inprocess import InProcessClients
 
 log = logging.getLogger(__name__)
 ROUNDS_NOTE = (" (schedules that depend on the total number of rounds, e.g. FRAug's lambda_syn and lambda_c, follow "
@@ -42,16 +42,6 @@ class RunResult:
     rounds_completed: int
     final: dict[str, dict[str, float]]
     summary: dict[str, Any]
-
-
-def client_executor(exp: Experiment) -> InProcessClients:
-    """The client executor of `run.runtime`: batched (vectorized local training) or in-process (sequential);
-    the Flower loop replaces it with its own."""
-    if exp.config.run.runtime == "batched":
-        from fedhet.runtimes.batched import BatchedClients  # imports torch.func only when asked for
-
-        return BatchedClients(exp)
-    return InProcessClients(exp)
 
 
 def run_dir_for(cfg: ExperimentConfig) -> Path:
@@ -79,7 +69,8 @@ PhaseHook = Callable[[str, int], None]
 
 
 class RoundLoop:
-    """Drives one experiment over its rounds with the client executor of `run.runtime`.
+    """Drives one experiment over its rounds with a client executor (engine/executor.py: in-process, batched
+    or Flower).
 
     A round is committed as a whole: the round counter, the snapshot a rollback returns to, the checkpoint and
     metrics.jsonl are updated with Ctrl-C / SIGTERM held back (`StopSignals.deferred`), so an interrupt leaves
@@ -88,11 +79,11 @@ class RoundLoop:
     signals there deterministically.
     """
 
-    def __init__(self, exp: Experiment, run_dir: Path, progress: bool = True,
+    def __init__(self, exp: Experiment, run_dir: Path, clients: ClientExecutor, progress: bool = True,
                  on_phase: PhaseHook | None = None) -> None:
         self.exp, self.cfg = exp, exp.config
         self.dir = RunDirectory(run_dir)
-        self.clients = client_executor(exp)
+        self.clients = clients
         self.alg = exp.algorithm
         self.progress = progress and not self.cfg.run.quiet
         self.on_phase = on_phase
@@ -264,31 +255,3 @@ class RoundLoop:
             self.dir.write_metrics(self.metrics)  # repairs a metrics.jsonl that lags the final checkpoint
             self.dir.write_summary(summary)
         return RunResult(self.dir.path, self.round, final, summary)
-
-
-def run_experiment(cfg: ExperimentConfig, run_dir: str | Path | None = None, resume: bool = False,
-                   stop_after: int | None = None, progress: bool = True, overwrite: bool = False,
-                   allow_changes: tuple[str, ...] = (), on_phase: PhaseHook | None = None) -> RunResult:
-    """Run (or resume) one experiment in-process and write its run directory.
-
-    `resume` continues the checkpoint (an error if there is none), `overwrite` starts the run again over an
-    existing one, `allow_changes` names the results-relevant keys a resume may change (`--allow-config-change`).
-    The run directory is locked for the whole run; everything about it is checked before data are loaded."""
-    if cfg.run.runtime not in ("inprocess", "batched"):
-        raise FedhetError(f"run.runtime={cfg.run.runtime}: start Flower runs with `fedhet flower simulate|deploy`")
-    if stop_after is not None and stop_after < 1:
-        raise FedhetError(f"--stop-after must be a round >= 1, got {stop_after}")
-    if allow_changes and not resume:
-        raise FedhetError("--allow-config-change applies to a resumed run: add --resume")
-    path = Path(run_dir) if run_dir else run_dir_for(cfg)
-    check_writable_path(path)
-    start_check(path, resume, overwrite)
-    rundir = RunDirectory(path)
-    with rundir.locked():
-        start_check(path, resume, overwrite)  # again, now that no other process can write here
-        if overwrite:
-            rundir.clear()
-        loop = RoundLoop(build_experiment(cfg), path, progress=progress, on_phase=on_phase)
-        if resume:
-            loop.resume(allow_changes)
-        return loop.run(stop_after=stop_after)

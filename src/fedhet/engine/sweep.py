@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from fedhet.config import ExperimentConfig, deep_merge, from_dict
-from fedhet.engine.loop import run_dir_for, run_experiment
+from fedhet.engine.loop import run_dir_for
 from fedhet.engine.rundir import RunDirectory
 from fedhet.errors import ConfigError, nearest, unknown_choice
+from fedhet.launch.run import run_experiment
 
 if TYPE_CHECKING:
     from fedhet.models.base import SplitModel

@@ -7,11 +7,11 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from fedhet.core.contract import ClientState
+from fedhet.core.messages import Message, Reply
+from fedhet.core.seeding import seeded
 from fedhet.data import ClientData
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.local import evaluate_client, fit_client
-from fedhet.core.messages import Message, Reply
-from fedhet.core.seeding import seeded
 
 
 class InProcessClients:

@@ -25,8 +25,8 @@ import torch
 from torch.utils.data import Dataset
 
 from fedhet.config import TrainConfig
-from fedhet.engine.batching import batches, num_steps
 from fedhet.core.seeding import seeded
+from fedhet.engine.batching import batches, num_steps
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from fedhet.core.contract import PassStats
-from fedhet.engine.finite import DIVERGED_ADVICE
 from fedhet.core.params import StateDict
+from fedhet.engine.finite import DIVERGED_ADVICE
 from fedhet.errors import TrainingDivergedError
 from fedhet.runtimes.batched.data import Batch, BatchStream, stack_batches
 from fedhet.runtimes.batched.optim import FunctionalOptimizer, OptState

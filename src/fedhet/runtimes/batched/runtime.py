@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedhet.algorithms import Algorithm, ClientState
-from fedhet.core.contract import FitStats
 from fedhet.algorithms.base import BatchedStep
 from fedhet.config import TrainConfig
-from fedhet.engine.experiment import Experiment
+from fedhet.core.contract import FitStats
 from fedhet.core.messages import Message, Reply
 from fedhet.core.params import StateDict, load_partial, state_of
+from fedhet.engine.experiment import Experiment
 from fedhet.errors import ConfigError
 from fedhet.runtimes.batched.data import BatchStream, ClientRng
 from fedhet.runtimes.batched.lanes import Lane, LaneResult, LaneTrainer

@@ -31,10 +31,10 @@ from flwr.app import Message as FlowerMessage
 from fedhet.algorithms import ClientState
 from fedhet.config import load_config
 from fedhet.core.atomic import atomic_write_bytes
+from fedhet.core.seeding import seeded
 from fedhet.engine.checkpoint import fingerprint
 from fedhet.engine.experiment import Experiment, build_experiment
 from fedhet.engine.local import evaluate_client, fit_client
-from fedhet.core.seeding import seeded
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower import checkpoint_config
 from fedhet.runtimes.flower.records import (

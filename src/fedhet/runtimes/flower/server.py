@@ -32,9 +32,9 @@ from flwr.app import MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from fedhet.core.atomic import atomic_write_text
+from fedhet.core.messages import Message, Reply
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.loop import RoundLoop, RunResult
-from fedhet.core.messages import Message, Reply
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower import checkpoint_config
 from fedhet.runtimes.flower.records import from_content, to_content
@@ -299,11 +299,10 @@ class FlowerRoundLoop(RoundLoop):
     def __init__(self, exp: Experiment, run_dir: Path, grid: Grid, progress: bool = True,
                  timeout: float | None = None, wait_for_nodes: float = 300.0, poll_interval: float = 0.2,
                  stop_event: threading.Event | None = None) -> None:
-        super().__init__(exp, run_dir, progress=progress)
-        self.flower = FlowerClients(exp, grid, timeout=timeout, wait_for_nodes=wait_for_nodes,
-                                    poll_interval=poll_interval, stop_event=stop_event, on_fault=self._log_fault)
-        self.clients = self.flower  # type: ignore[assignment]  # the executor interface of InProcessClients
-        self._committed = self._snapshot()
+        flower = FlowerClients(exp, grid, timeout=timeout, wait_for_nodes=wait_for_nodes, poll_interval=poll_interval,
+                               stop_event=stop_event, on_fault=lambda row: self._log_fault(row))
+        super().__init__(exp, run_dir, flower, progress=progress)
+        self.flower = flower
 
     def _log_fault(self, row: dict[str, Any]) -> None:
         self.dir.path.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,51 @@
+"""One experiment, in-process or batched: check the run directory, lock it, build, run or resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fedhet.config import ExperimentConfig
+from fedhet.engine.executor import ClientExecutor
+from fedhet.engine.experiment import Experiment, build_experiment
+from fedhet.engine.loop import PhaseHook, RoundLoop, RunResult, run_dir_for
+from fedhet.engine.rundir import RunDirectory, check_writable_path, start_check
+from fedhet.errors import FedhetError
+from fedhet.runtimes.inprocess import InProcessClients
+
+
+def make_executor(exp: Experiment) -> ClientExecutor:
+    """The client executor of `run.runtime`: batched (vectorized local training) or in-process (sequential)."""
+    if exp.config.run.runtime == "batched":
+        from fedhet.runtimes.batched import BatchedClients  # imports torch.func only when asked for
+
+        return BatchedClients(exp)
+    return InProcessClients(exp)
+
+
+def run_experiment(cfg: ExperimentConfig, run_dir: str | Path | None = None, resume: bool = False,
+                   stop_after: int | None = None, progress: bool = True, overwrite: bool = False,
+                   allow_changes: tuple[str, ...] = (), on_phase: PhaseHook | None = None) -> RunResult:
+    """Run (or resume) one experiment in this process and write its run directory.
+
+    `resume` continues the checkpoint (an error if there is none), `overwrite` starts the run again over an
+    existing one, `allow_changes` names the results-relevant keys a resume may change (`--allow-config-change`).
+    The run directory is locked for the whole run; everything about it is checked before data are loaded."""
+    if cfg.run.runtime not in ("inprocess", "batched"):
+        raise FedhetError(f"run.runtime={cfg.run.runtime}: start Flower runs with `fedhet flower simulate|deploy`")
+    if stop_after is not None and stop_after < 1:
+        raise FedhetError(f"--stop-after must be a round >= 1, got {stop_after}")
+    if allow_changes and not resume:
+        raise FedhetError("--allow-config-change applies to a resumed run: add --resume")
+    path = Path(run_dir) if run_dir else run_dir_for(cfg)
+    check_writable_path(path)
+    start_check(path, resume, overwrite)
+    rundir = RunDirectory(path)
+    with rundir.locked():
+        start_check(path, resume, overwrite)  # again, now that no other process can write here
+        if overwrite:
+            rundir.clear()
+        exp = build_experiment(cfg)
+        loop = RoundLoop(exp, path, make_executor(exp), progress=progress, on_phase=on_phase)
+        if resume:
+            loop.resume(allow_changes)
+        return loop.run(stop_after=stop_after)
