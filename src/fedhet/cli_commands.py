@@ -16,8 +16,8 @@ from fedhet.errors import FedhetError
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fedhet.config import load_config
-    from fedhet.engine.sweep import SweepPlan, check_plan
     from fedhet.launch.run import run_experiment
+    from fedhet.launch.sweep import SweepPlan, check_plan
 
     check_stop_after(args.stop_after)
     cfg = load_config(*config_and_overrides(args))
@@ -53,7 +53,7 @@ def _print_final(final: dict[str, dict[str, float]]) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from fedhet.config import load_config
     from fedhet.engine.loop import run_dir_for
-    from fedhet.engine.sweep import check_plan, plan_sweep, run_sweep
+    from fedhet.launch.sweep import check_plan, plan_sweep, run_sweep
     from fedhet.outpaths import check_output_dir
     from fedhet.report import write_report
 

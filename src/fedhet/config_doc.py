@@ -191,7 +191,7 @@ def render() -> str:
     lines += ["## Method arguments", "", "`method_args` of each method (unknown keys are errors naming the nearest "
               "valid one); the meanings are in the method's paragraph and its page (docs/methods.md, "
               "docs/fraug.md, docs/ditto_mmd.md).", "", *method_sections()]
-    from fedhet.engine.sweep import SWEEP_KEYS
+    from fedhet.launch.sweep import SWEEP_KEYS
 
     lines += ["## `sweep`", "", "Read by `fedhet sweep` only.", "",
               *table([(f"sweep.{k}", "(none)", SWEEP_MEANINGS.get(k, "")) for k in SWEEP_KEYS])]

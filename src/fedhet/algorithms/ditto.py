@@ -128,7 +128,8 @@ class DittoFamily(Algorithm[ServerState, DS, DW]):
         """(lam/2) * ||v - w^t||^2 over v's trainable parameters, paired with w^t's by name."""
         ref = dict(reference.named_parameters())
         pairs = [(p, ref[n]) for n, p in personal.named_parameters() if p.requires_grad]
-        return 0.5 * self.params.lam * proximal_term([p for p, _ in pairs], [r for _, r in pairs])
+        lam: float = self.params.lam
+        return 0.5 * lam * proximal_term([p for p, _ in pairs], [r for _, r in pairs])
 
     def personal_loss(self, work: DW, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Ditto's personal objective h_k(v; w^t) = CE(v(x), y) + (lam/2)||v - w^t||^2 (override to extend)."""

@@ -51,8 +51,8 @@ from fedhet.algorithms.ditto import DittoFamily, DittoState, DittoWork
 from fedhet.algorithms.ditto_mmd_penalty import PENALTIES, DittoMMDParams, Features, PenaltySession, PenaltyState
 from fedhet.algorithms.registry import register
 from fedhet.core.contract import ClientContext, FitStats
+from fedhet.core.features import check_layers, forward_with_features
 from fedhet.core.messages import Message
-from fedhet.engine.features import check_layers, forward_with_features
 from fedhet.losses import KernelWeightSchedule
 
 __all__ = ["PENALTIES", "DittoMMD", "DittoMMDParams", "DittoMMDState", "DittoMMDWork", "PenaltySession",

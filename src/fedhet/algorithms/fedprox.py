@@ -84,4 +84,5 @@ class FedProx(Algorithm[ServerState, ClientState, ProxWork]):
         ce = cross_entropy(work.model, x, y)
         if self.params.mu == 0 or not work.anchor:
             return ce
-        return ce + 0.5 * self.params.mu * proximal_term(trainable(work.model), work.anchor)
+        mu: float = self.params.mu
+        return ce + 0.5 * mu * proximal_term(trainable(work.model), work.anchor)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -48,7 +49,8 @@ class ServerOptimizer:
     def is_identity(self) -> bool:
         return self.cfg.optimizer == "sgd" and self.cfg.lr == 1.0 and self.cfg.momentum == 0.0
 
-    def step(self, current: StateDict, averaged: StateDict, opt_state: dict) -> tuple[StateDict, dict]:
+    def step(self, current: StateDict, averaged: StateDict, opt_state: dict[str, Any]
+             ) -> tuple[StateDict, dict[str, Any]]:
         """New global state and new optimizer state (both plain dicts of tensors)."""
         if self.is_identity():
             return averaged, opt_state

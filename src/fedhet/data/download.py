@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from fedhet.core.atomic import atomic_write
+from fedhet.atomic import atomic_write
 from fedhet.errors import DatasetNotFoundError
 
 Sample = tuple  # (domain, class_name, image) or (domain, class_name, image, split)

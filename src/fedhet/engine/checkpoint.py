@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from fedhet.core.atomic import atomic_torch_save
+from fedhet.atomic import atomic_torch_save
 from fedhet.errors import CheckpointError
 
 FORMAT = 3  # 3: typed client / server states (contract v2)
@@ -85,8 +85,9 @@ def config_differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tu
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
-def save_checkpoint(path: Path, *, config: dict[str, Any], round: int, server: dict, clients: dict,
-                    metrics: list[dict], elapsed: float, config_changes: list[dict] | None = None) -> None:
+def save_checkpoint(path: Path, *, config: dict[str, Any], round: int, server: Any, clients: Any,
+                    metrics: list[dict[str, Any]], elapsed: float,
+                    config_changes: list[dict[str, Any]] | None = None) -> None:
     """Write a checkpoint atomically (the previous file stays valid until the new one is complete)."""
     payload = {"format": FORMAT, "fingerprint": fingerprint(config), "method": config.get("method"),
                "config": config, "round": round, "server": server, "clients": clients, "metrics": metrics,

@@ -71,7 +71,7 @@ def build_algorithm(cfg: ExperimentConfig, data: FederatedData, device: torch.de
 
 def method_params(cfg: ExperimentConfig) -> Any:
     """The method's `Params` built from `cfg.method_args` and validated (unknown keys / bad values: ConfigError)."""
-    params = from_dict(ALGORITHMS.get(cfg.method).Params, cfg.method_args, "method_args")
+    params: Any = from_dict(ALGORITHMS.get(cfg.method).Params, cfg.method_args, "method_args")
     if hasattr(params, "validate"):
         params.validate()
     return params

@@ -60,7 +60,7 @@ class PassOptimizers:
         spec, opt = self.specs[name], self.optims[name]
         check_finite(loss, self.where if name == "model" else f"{self.where} ({name})")
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch's stub leaves Tensor.backward untyped
         if spec.after_backward is not None:
             spec.after_backward()
         if spec.grad_clip is not None:

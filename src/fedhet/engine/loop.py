@@ -170,7 +170,7 @@ class RoundLoop:
             pooled = evaluate(self.alg.server_model(self.server), self.exp.data.pooled_test(), self.exp.device)
             rows.append({"round": rnd, "client": "pooled", "split": "pooled", **pooled})
         self.metrics.extend(rows)
-        return next(r["accuracy"] for r in rows if r["client"] == "avg" and r["split"] == "test")
+        return float(next(r["accuracy"] for r in rows if r["client"] == "avg" and r["split"] == "test"))
 
     def play_round(self, rnd: int, last: int, signals: StopSignals) -> float | None:
         """Train, evaluate, then commit round `rnd` as a whole; returns the test accuracy if evaluated."""

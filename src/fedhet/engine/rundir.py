@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from fedhet.core.atomic import atomic_write_text
+from fedhet.atomic import atomic_write_text
 from fedhet.errors import FedhetError
 
 METRIC_KEYS = ("accuracy", "balanced_accuracy", "loss")

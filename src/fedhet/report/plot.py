@@ -11,7 +11,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from fedhet.core.atomic import atomic_write
+from fedhet.atomic import atomic_write
 from fedhet.report.runs import RunRecord
 from fedhet.report.table import AVG, is_percent, mean_std
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from fedhet.core.atomic import atomic_write_text
+from fedhet.atomic import atomic_write_text
 from fedhet.outpaths import check_output_dir, write_failed
 from fedhet.report.plot import plot_curves
 from fedhet.report.reading import read_table

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedhet.core.atomic import atomic_write_text
+from fedhet.atomic import atomic_write_text
 from fedhet.errors import FedhetError
 from fedhet.report.runs import RunRecord
 

@@ -116,7 +116,8 @@ class BatchedClients(InProcessClients):
             results, personal_results = self.trainer.train(lanes, keep_optim=persist), None
         else:
             def personal_lane(j: _Job, stream: BatchStream) -> Lane:
-                start = j.state.personal if getattr(j.state, "personal", None) is not None else j.init
+                saved: StateDict | None = getattr(j.state, "personal", None)  # Ditto's personal model
+                start = saved if saved is not None else j.init
                 return Lane(init=dict(start), stream=stream, anchor={k: j.init[k] for k in names}, mu=personal.lam,
                             label=f"{self.alg.name} personal model, client {j.cid} round {rnd}")
 

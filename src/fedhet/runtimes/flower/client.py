@@ -29,8 +29,8 @@ from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.app import Message as FlowerMessage
 
 from fedhet.algorithms import ClientState
+from fedhet.atomic import atomic_write_bytes
 from fedhet.config import load_config
-from fedhet.core.atomic import atomic_write_bytes
 from fedhet.core.seeding import seeded
 from fedhet.engine.checkpoint import fingerprint
 from fedhet.engine.experiment import Experiment, build_experiment

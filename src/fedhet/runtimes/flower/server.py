@@ -31,7 +31,7 @@ from flwr.app import Message as FlowerMessage
 from flwr.app import MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from fedhet.core.atomic import atomic_write_text
+from fedhet.atomic import atomic_write_text
 from fedhet.core.messages import Message, Reply
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.loop import RoundLoop, RunResult
@@ -257,7 +257,7 @@ class FlowerClients:
         ids = list(self.grid.push_messages([messages[k] for k in keys]))
         if len(ids) != len(keys):  # a grid that leaves out what it could not push: match by the ids it set
             pushed = {str(i) for i in ids if i}
-            ids = [m if (m := messages[k].metadata.message_id) in pushed else None for k in keys]
+            ids = [m if (m := str(messages[k].metadata.message_id)) in pushed else "" for k in keys]
         failures: dict[Any, str] = {}
         pending: dict[str, Any] = {}
         for key, msg_id in zip(keys, ids, strict=True):  # the grids keep the order of the messages

@@ -11,7 +11,7 @@ would change it, so name the activation module itself when post-activation featu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -36,7 +36,7 @@ def forward_with_features(model: nn.Module, x: torch.Tensor, layers: Sequence[st
     captured: dict[str, torch.Tensor] = {}
     handles: list[RemovableHandle] = []
 
-    def hook_for(name: str):  # noqa: ANN202 - torch hook signature
+    def hook_for(name: str) -> Callable[[nn.Module, object, torch.Tensor], None]:
         def hook(_module: nn.Module, _inputs: object, output: torch.Tensor) -> None:
             captured[name] = output.flatten(1)
         return hook
