@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from torch.utils.data import TensorDataset
 
+from fedhet.atomic import atomic_write_text
 from fedhet.config import load_config
-from fedhet.core.atomic import atomic_write_text
 from fedhet.core.messages import Message, Reply
 from fedhet.data import ClientData
 from fedhet.engine.experiment import Experiment, build_experiment

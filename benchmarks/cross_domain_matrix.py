@@ -14,8 +14,8 @@ import platform
 
 import torch
 
+from fedhet.atomic import atomic_write_text
 from fedhet.config import load_config
-from fedhet.core.atomic import atomic_write_text
 from fedhet.core.seeding import seeded
 from fedhet.data import build_federated_data
 from fedhet.engine.evaluation import evaluate

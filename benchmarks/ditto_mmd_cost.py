@@ -24,11 +24,11 @@ from typing import Any
 
 import torch
 
+from fedhet.atomic import atomic_write_text
 from fedhet.config import load_config
-from fedhet.core.atomic import atomic_write_text
 from fedhet.core.seeding import seeded
 from fedhet.engine.experiment import build_experiment
-from fedhet.engine.sweep import plan_sweep
+from fedhet.launch.sweep import plan_sweep
 
 
 def time_fit(exp: Any, client: int) -> tuple[float, int]:

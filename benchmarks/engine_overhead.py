@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from fedhet.atomic import atomic_write_text
 from fedhet.config import load_config
-from fedhet.core.atomic import atomic_write_text
 from fedhet.core.seeding import seeded
 from fedhet.engine.batching import batches
 from fedhet.engine.experiment import build_experiment

@@ -33,8 +33,8 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
 import torch  # noqa: E402
 
+from fedhet.atomic import atomic_write_text  # noqa: E402
 from fedhet.config import load_config  # noqa: E402
-from fedhet.core.atomic import atomic_write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("inprocess", "simulation", "deployment", "deployment-no-workers", "floor")

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from fedhet.algorithms.fraug import DIAGNOSTICS, FRAug
+from fedhet.atomic import atomic_write_text
 from fedhet.config import load_config
-from fedhet.core.atomic import atomic_write_text
 from fedhet.engine.loop import run_dir_for
-from fedhet.engine.sweep import plan_sweep, run_status
 from fedhet.launch.run import run_experiment
+from fedhet.launch.sweep import plan_sweep, run_status
 
 _sink: dict[str, Path] = {}
 

@@ -27,11 +27,11 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from fedhet.atomic import atomic_write_text
 from fedhet.config import ExperimentConfig, load_config
-from fedhet.core.atomic import atomic_write_text
 from fedhet.core.seeding import seeded
 from fedhet.engine.experiment import Experiment, build_experiment
-from fedhet.engine.sweep import plan_sweep
+from fedhet.launch.sweep import plan_sweep
 from fedhet.models import build_model, count_params_and_macs
 from fedhet.models.fraug_nets import Generator, RTNet
 from fedhet.runtimes.inprocess import InProcessClients

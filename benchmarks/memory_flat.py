@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
+from fedhet.atomic import atomic_write_text
 from fedhet.config import load_config
-from fedhet.core.atomic import atomic_write_text
 from fedhet.engine.experiment import build_experiment
 from fedhet.engine.loop import RoundLoop
 from fedhet.launch.run import make_executor
