@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from fedhet.algorithms import ALGORITHMS, ClientContext
+from fedhet.algorithms import ALGORITHMS
 from fedhet.algorithms import fraug_losses as fl
 from fedhet.config import ServerConfig, TrainConfig
+from fedhet.core.contract import ClientContext, RoundInfo
+from fedhet.core.messages import Reply
 from fedhet.data import ClientData
-from fedhet.engine.messages import Reply
+from fedhet.engine.local import evaluate_client, fit_client
 from fedhet.models import SplitModel
 
 CPU = torch.device("cpu")
@@ -28,7 +31,7 @@ def domain(k: int, n: int, seed: int) -> TensorDataset:
     return TensorDataset(x @ shift + 2.0 * k, y)
 
 
-def flip_beta(alg) -> None:
+def flip_beta(alg: Any) -> None:
     """Broken Eq. (6): +beta becomes -beta, so the RTNet pushes u_hat away from the real embeddings."""
     p = alg.params
     alg.rtnet_loss = lambda head, u, y, u_hat, protos, labels_c, u_hat_c, sigma=None: fl.rtnet_loss(
@@ -48,17 +51,21 @@ def federated_accuracy(seed: int, variant: str) -> float:
         flip_beta(alg)
     data = [ClientData(name=f"c{k}", domain=f"c{k}", train=domain(k, 40, 100 * seed + k), val=None,
                        test=domain(k, 400, 1000 + k), train_eval=None) for k in range(K)]
-    server, states = alg.init_server(), [{} for _ in range(K)]
+    server, states = alg.init_server(), [alg.init_client(k) for k in range(K)]
+
+    def ctx(k: int, r: int) -> ClientContext:
+        info = RoundInfo(round=r, rounds=ROUNDS, num_clients=K, seed=seed)
+        return ClientContext(client_id=k, info=info, data=data[k], device=CPU, num_classes=C)
+
     for r in range(1, ROUNDS + 1):
         replies = []
         for k in range(K):
             torch.manual_seed(1000 * r + k + seed)
-            ctx = ClientContext(k, r, data[k], CPU, C, {"rounds": ROUNDS})
-            out, states[k] = alg.fit(alg.broadcast(server, r, k), states[k], ctx)
+            out, states[k] = fit_client(alg, alg.broadcast(server, ctx(k, r).info, k), states[k], ctx(k, r))
             replies.append(Reply(k, out, 40))
-        server = alg.aggregate(server, replies)
-    accs = [alg.evaluate(alg.broadcast(server, ROUNDS, k), states[k], ClientContext(k, ROUNDS, data[k], CPU, C),
-                         data[k].test)["accuracy"] for k in range(K)]
+        server = alg.aggregate(server, replies, ctx(0, r).info)
+    accs = [evaluate_client(alg, alg.broadcast(server, ctx(k, ROUNDS).info, k), states[k], ctx(k, ROUNDS),
+                            data[k].test)["accuracy"] for k in range(K)]
     return statistics.mean(accs)
 
 

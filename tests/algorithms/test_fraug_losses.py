@@ -8,13 +8,17 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from fedhet_testing import tiny_model
+from fedhet_testing import tiny_client, tiny_model
 
-from fedhet.algorithms import ALGORITHMS
 from fedhet.algorithms import fraug_losses as fl
+from fedhet.algorithms.fraug import Draws, FRAug
 from fedhet.config import ServerConfig, TrainConfig
+from fedhet.core.contract import ClientContext, RoundInfo
+from fedhet.core.messages import Message
+from fedhet.engine.local import PassOptimizers
 
 T = torch.tensor
+CPU = torch.device("cpu")
 
 
 def head_2x3() -> torch.nn.Linear:
@@ -153,38 +157,46 @@ def _hand_ent(z: torch.Tensor) -> torch.Tensor:
     return -(p * p.log()).sum(1).mean()
 
 
-@pytest.mark.parametrize("use_generator", [True, False])
-def test_stage2_steps_g_and_m_down_the_hand_gradients_of_eq5_and_eq6(use_generator: bool) -> None:
-    """One stage-2 step: omega -= eta_g grad(Eq. 5), phi -= eta_m grad(Eq. 6); the head is left alone.
-    Without the generator the RTNet maps the real embeddings u (and for u_hat_c the picked ones or u_bar_c)."""
-    cls = ALGORITHMS.get("fraug")
-    p = cls.Params(z_dim=4, b_syn=4, eta_g=0.1, eta_m=0.2, aux_momentum=0.0, alpha=1.5, beta=1.25,
-                   mmd_bandwidth="fixed", mmd_sigma=2.0, use_generator=use_generator)
+@pytest.mark.parametrize(("use_generator", "route"), [(True, False), (False, False), (True, True)])
+def test_stage2_steps_g_and_m_down_the_hand_gradients_of_eq5_and_eq6(use_generator: bool, route: bool) -> None:
+    """One stage-2 step: omega -= eta_g grad(Eq. 5), phi -= eta_m grad(Eq. 6), both gradients taken at the
+    step's start (simultaneous); the head is left alone. Without the generator the RTNet maps the real
+    embeddings u (and for u_hat_c the picked ones or u_bar_c). `rt_grad_to_generator`: omega follows
+    grad(Eq. 5 + Eq. 6), the RTNet's input not detached."""
+    p = FRAug.Params(z_dim=4, b_syn=4, eta_g=0.1, eta_m=0.2, aux_momentum=0.0, alpha=1.5, beta=1.25,
+                     mmd_bandwidth="fixed", mmd_sigma=2.0, use_generator=use_generator, rt_grad_to_generator=route)
     p.validate()
-    alg = cls(p, lambda: tiny_model(4, 3, 2, bn=True), TrainConfig(), ServerConfig(), 2, torch.device("cpu"))
+    alg = FRAug(p, lambda: tiny_model(4, 3, 2, bn=True), TrainConfig(), ServerConfig(), 2, CPU)
     torch.manual_seed(0)
-    gen, rt, head = alg.new_generator() if use_generator else None, alg.new_rtnet(), torch.nn.Linear(3, 2)
+    ctx = ClientContext(client_id=0, info=RoundInfo(round=1, rounds=1, num_clients=1, seed=0),
+                        data=tiny_client(n=6, in_dim=4), device=CPU, num_classes=2)
+    work = alg.start(Message(arrays=alg.init_server().model), alg.init_client(0), ctx)
+    work.protos, work.lam_syn = torch.randn(2, 3), 0.7
+    gen, rt, head = work.gen, work.rt, work.model.head
+    assert (gen is not None) == use_generator and rt is not None
     gen0, rt0, head0 = copy.deepcopy(gen), copy.deepcopy(rt), copy.deepcopy(head)
     u, y, z = torch.randn(6, 3), T([0, 1, 0, 1, 0, 1]), torch.randn(6, 4)
-    protos, labels_c, lam = torch.randn(2, 3), T([0, 1, 0, 1]), 0.7
+    protos, labels_c, lam = work.protos, T([0, 1, 0, 1]), 0.7
     # z' for the generator; without it the picked real class-c embeddings (-1: the prototype)
     z2 = torch.randn(4, 4) if use_generator else T([2, -1, 0, 5])
-    aux = [torch.optim.SGD(n.parameters(), lr=lr, momentum=0.0) for n, lr in ((gen, 0.1), (rt, 0.2)) if n]
-    alg._stage2(head, gen, rt, aux, u, y, z, z2, protos, labels_c, lam)
+    optimizers = PassOptimizers(alg.passes(work)[0].optimizers, {}, "test")
+    alg.stage2(work, u, y, Draws(labels_c, z if use_generator else None, z2), optimizers)
     assert all(torch.equal(a, b) for a, b in zip(head.parameters(), head0.parameters(), strict=True))
     assert all(q.grad is None for q in head.parameters())
-    src = gen0(z, y).detach() if gen0 else u
-    src_c = gen0(z2, labels_c).detach() if gen0 else torch.stack([u[2], protos[1], u[0], u[5]])
+    keep = (lambda t: t) if route else (lambda t: t.detach())  # noqa: E731
+    src = keep(gen0(z, y)) if gen0 else u
+    src_c = keep(gen0(z2, labels_c)) if gen0 else torch.stack([u[2], protos[1], u[0], u[5]])
     u_hat, u_hat_c = u + lam * rt0(src), protos[labels_c] + lam * rt0(src_c)
     classes = [(-_hand_ent(head(u_hat_c[labels_c == c])) + 1.25 * _hand_mmd(u_hat_c[labels_c == c], protos[c:c + 1],
                                                                            2.0)) for c in (0, 1)]
     l_rt = -_hand_ent(head(u_hat)) + 1.25 * _hand_mmd(u_hat, u, 2.0) + (classes[0] + classes[1]) / 2
+    assert isinstance(rt, torch.nn.Module)
     for net, before, loss, lr in ((rt, rt0, l_rt, 0.2), (gen, gen0, None, 0.1)):
         if net is None:
             continue
-        if loss is None:  # Eq. (5)
+        if loss is None:  # Eq. (5), plus Eq. (6) when routed
             v = gen0(z, y)
-            loss = F.cross_entropy(head(v), y) - 1.5 * _hand_mmd(v, u, 2.0)
-        grads = torch.autograd.grad(loss, list(before.parameters()))
+            loss = F.cross_entropy(head(v), y) - 1.5 * _hand_mmd(v, u, 2.0) + (l_rt if route else 0.0)
+        grads = torch.autograd.grad(loss, list(before.parameters()), retain_graph=True)
         for new, old, g in zip(net.parameters(), before.parameters(), grads, strict=True):
             assert torch.allclose(new, old - lr * g, atol=1e-6)
