@@ -33,14 +33,15 @@ from fedhet.launch.sweep import plan_sweep, run_status
 _sink: dict[str, Path] = {}
 
 
-def _recording_fit(original: Any) -> Any:
-    def fit(self: FRAug, msg: Any, state: Any, ctx: Any) -> Any:
-        out, new_state = original(self, msg, state, ctx)
+def _recording_finish(original: Any) -> Any:
+    def finish(self: FRAug, work: Any, state: Any, stats: Any) -> Any:
+        out, new_state = original(self, work, state, stats)
+        ctx = work.ctx
         row = {"round": ctx.round, "client": ctx.client_id, **{k: out.scalars[k] for k in DIAGNOSTICS}}
         with _sink["path"].open("a") as fh:
             fh.write(json.dumps(row) + "\n")
         return out, new_state
-    return fit
+    return finish
 
 
 def summarise(run_dir: Path) -> dict[str, Any]:
@@ -66,7 +67,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--methods", help="comma-separated methods / variants of the sweep (default: all)")
     args = parser.parse_args()
-    FRAug.fit = _recording_fit(FRAug.fit)  # type: ignore[method-assign]
+    FRAug.finish = _recording_finish(FRAug.finish)  # type: ignore[method-assign]
     methods = args.methods.split(",") if args.methods else None
     plan = plan_sweep(load_config(args.config, args.overrides), methods=methods)
     results = {}
