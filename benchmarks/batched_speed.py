@@ -101,7 +101,7 @@ def measure(model: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     batched = BatchedClients(exp)
     row: dict[str, Any] = {"model": model, "method": exp.config.method, "clients": n,
                            "local_steps": args.local_steps, "batch_size": args.batch_size,
-                           "params_per_client": sum(p.numel() for p in alg.new_model().parameters()),
+                           "params_per_client": sum(p.numel() for p in alg.parts.new().parameters()),
                            "chunk_size": batched.chunk_size}
     b_times, b_replies = time_rounds(batched, messages, exp.device, args.warmup, args.rounds)
     row["batched_s"] = statistics.median(b_times)

@@ -162,7 +162,7 @@ def test_pfedavg_evaluate_finetunes_a_copy_by_hand(part: str) -> None:
     assert metrics["loss"] == pytest.approx(evaluate(hand, ctx().data.test, CPU)["loss"], abs=1e-6)
     assert same(state, before)  # the client state is untouched
     assert same(msg.arrays, glob)  # and so is the received message
-    assert all(p.requires_grad for p in alg.new_model().parameters())
+    assert all(p.requires_grad for p in alg.parts.new().parameters())
 
 
 def test_pfedavg_zero_finetune_epochs_and_validation() -> None:

@@ -93,7 +93,7 @@ def test_single_communicates_nothing() -> None:
     assert out.arrays == {}
     assert alg.aggregate(server, [Reply(0, out, 4)], info()) is server
     x, y = ctx(0).data.train.tensors
-    init = {k: v for k, v in alg.init_state.items()}
+    init = {k: v for k, v in alg.parts.init_state.items()}
     want = manual_sgd_step(init, x, y, lr=0.1)
     for key, value in want.items():
         assert torch.allclose(state.local[key], value, atol=1e-6)
@@ -101,7 +101,7 @@ def test_single_communicates_nothing() -> None:
 
 def test_all_is_centralized() -> None:
     assert ALGORITHMS.get("all").centralized
-    assert isinstance(make("all").new_model(), nn.Module)
+    assert isinstance(make("all").parts.new(), nn.Module)
 
 
 def test_all_scales_local_steps_by_client_count() -> None:

@@ -87,7 +87,7 @@ def test_local_step_prototypes_and_what_is_communicated() -> None:
     assert set(msg.arrays) == {"proto", "proto_count"}
     out, state = fit_client(alg, msg, alg.init_client(0), ctx(2))
     x, y = ctx().data.train.tensors
-    want = manual_step(alg.init_state, server.proto, x, y)
+    want = manual_step(alg.parts.init_state, server.proto, x, y)
     for k, v in want.items():
         assert torch.allclose(state.local[k], v, atol=1e-6), k
     assert set(out.arrays) == {"proto", "proto_count"}  # no network weights leave the client
@@ -112,7 +112,7 @@ def test_round_one_is_plain_ce_and_local_model_persists() -> None:
 def test_prototype_inference_is_nearest_global_prototype() -> None:
     alg = make(inference="prototype")
     x, y = ctx().data.test.tensors
-    w = alg.init_state
+    w = alg.parts.init_state
     u = x @ w["features.0.weight"].T + w["features.0.bias"]
     proto = torch.stack([u[y == 0].mean(0), u[y == 1].mean(0)])
     msg = alg.broadcast(server_with(proto, torch.tensor([2.0, 2.0])), info(1), 0)

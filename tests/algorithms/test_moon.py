@@ -96,17 +96,17 @@ def test_communication_is_the_whole_model_and_server_is_fedavg() -> None:
     alg = make()
     server = alg.init_server()
     out, state = fit(alg, server, alg.init_client(0), 1)
-    assert set(out.arrays) == set(alg.init_state)
-    assert state.local == {} and state.prev is not None and set(state.prev) == set(alg.init_state)
+    assert set(out.arrays) == set(alg.parts.init_state)
+    assert state.local == {} and state.prev is not None and set(state.prev) == set(alg.parts.init_state)
     new = alg.aggregate(server, [Reply(0, out, 4)], info(1)).model
     assert all(torch.allclose(new[k], out.arrays[k]) for k in new)
 
 
 def test_projection_head_is_shared_seeded_and_off_the_classifier_path() -> None:
     alg, again = make(projection_dim=3), make(projection_dim=3)
-    keys = set(alg.init_state)
+    keys = set(alg.parts.init_state)
     assert {"projection.0.weight", "projection.2.weight"} <= keys
-    assert all(torch.equal(alg.init_state[k], again.init_state[k]) for k in keys)
+    assert all(torch.equal(alg.parts.init_state[k], again.init_state[k]) for k in keys)
     server = alg.init_server()
     out, state = fit(alg, server, alg.init_client(0), 1)
     assert set(out.arrays) == keys

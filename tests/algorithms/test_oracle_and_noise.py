@@ -51,7 +51,7 @@ def test_all_takes_local_steps_times_the_number_of_clients() -> None:
 def test_embnoise_loss_by_hand_and_the_noise_reaches_the_head_only() -> None:
     alg = make("embnoise", bn=True)
     assert isinstance(alg, EmbeddingNoise) and alg.personalized
-    assert not {k for k in alg.shared if k.startswith("features.1.")}  # local BatchNorm (FedBN-style)
+    assert not {k for k in alg.parts.shared if k.startswith("features.1.")}  # local BatchNorm (FedBN-style)
     work = alg.start(Message(arrays=alg.init_server().model), alg.init_client(0), ctx())
     model = work.model
     x, y = ctx().data.train.tensors

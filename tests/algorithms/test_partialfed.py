@@ -47,8 +47,8 @@ def round_start(alg: PartialFed, glob: StateDict, state: PartialFedState) -> tup
 
 
 def distinct_states(alg: PartialFed) -> tuple[StateDict, StateDict]:
-    glob = {k: (v + 1.0 if v.is_floating_point() else v + 7) for k, v in alg.init_state.items()}
-    local = {k: (v - 2.0 if v.is_floating_point() else v + 3) for k, v in alg.init_state.items()}
+    glob = {k: (v + 1.0 if v.is_floating_point() else v + 7) for k, v in alg.parts.init_state.items()}
+    local = {k: (v - 2.0 if v.is_floating_point() else v + 3) for k, v in alg.parts.init_state.items()}
     return glob, local
 
 
@@ -66,7 +66,7 @@ def test_fix_initialization_takes_bn_and_head_local_the_rest_global() -> None:
     alg = make(variant="fix")
     glob, local = distinct_states(alg)
     seen, out = round_start(alg, glob, PartialFedState(personal=local))
-    for k in alg.init_state:
+    for k in alg.parts.init_state:
         want = local[k] if k in BN | HEAD else glob[k]
         assert torch.equal(seen[k], want), k
     assert out.scalars["local_layers"] == 2
@@ -115,7 +115,7 @@ def test_communicates_everything_and_deploys_the_trained_local_model() -> None:
     alg = make(variant="adaptive")
     server = alg.init_server()
     out, state = fit_client(alg, alg.broadcast(server, info(), 0), alg.init_client(0), ctx())
-    assert set(out.arrays) == set(alg.init_state)  # all layers are sent and averaged
+    assert set(out.arrays) == set(alg.parts.init_state)  # all layers are sent and averaged
     assert isinstance(state, PartialFedState) and state.personal is not None
     assert state.p is None and state.local == {}  # no strategy before a local model exists; no local-only keys
     assert all(torch.equal(state.personal[k], out.arrays[k]) for k in out.arrays)

@@ -47,7 +47,7 @@ def grad(w: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[s
 
 def controls(alg: Scaffold, scale: float) -> dict[str, torch.Tensor]:
     return {k: scale * torch.arange(v.numel(), dtype=torch.float32).reshape(v.shape) / 10
-            for k, v in alg.init_state.items()}
+            for k, v in alg.parts.init_state.items()}
 
 
 def test_corrected_steps_and_option_two_control_variate() -> None:

@@ -230,7 +230,7 @@ def test_shipped_example_config_runs_one_round(tmp_path: Path) -> None:
 
 
 def test_sweep_check_plan_reads_classes_and_channels(tmp_path: Path) -> None:
-    from fedhet.engine.sweep import check_plan, plan_sweep
+    from fedhet.launch.sweep import check_plan, plan_sweep
 
     write_example_imagefolder(tmp_path / "data", per_class=2)
     conf = load_config(REPO / "configs" / "imagefolder_example.yaml",

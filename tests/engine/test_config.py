@@ -95,7 +95,7 @@ SHIPPED = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name != "paper")
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(p.parents[1])))
 def test_every_shipped_config_loads_and_plans(path: Path) -> None:
     """Every file under configs/ (extends chains, sweep variants, per-method overrides) is a valid config."""
-    from fedhet.engine.sweep import plan_sweep
+    from fedhet.launch.sweep import plan_sweep
 
     assert plan_sweep(load_config(str(path))).configs
 

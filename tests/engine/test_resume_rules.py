@@ -120,7 +120,7 @@ def test_results_follow_the_umask(tmp_path: Path) -> None:
 
 
 def test_sweep_extends_finished_runs_when_rounds_grow(tmp_path: Path) -> None:
-    from fedhet.engine.sweep import plan_sweep, run_status, run_sweep
+    from fedhet.launch.sweep import plan_sweep, run_status, run_sweep
 
     base = cfg("rounds=2", f"run.out_dir={tmp_path}")
     run_dir = run_sweep(plan_sweep(base, ["fedavg"], [0]), progress=False)[0]

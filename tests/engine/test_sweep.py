@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fedhet.config import ExperimentConfig, from_dict
-from fedhet.engine.sweep import check_plan, plan_sweep, run_sweep
 from fedhet.errors import ConfigError
+from fedhet.launch.sweep import check_plan, plan_sweep, run_sweep
 from fedhet.report.runs import load_runs
 from fedhet.report.table import make_table
 

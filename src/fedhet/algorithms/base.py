@@ -12,13 +12,13 @@ An algorithm is explicit state plus functions over it (fedjax's shape, Flower's 
 S, C and W are the method's own dataclasses (`fedhet.core.contract`: ServerState, ClientState, Work), declared
 in `server_state_type`, `client_state_type` and `work_type`. The engine (fedhet.engine.local) owns the loop;
 a method overrides only what differs from FedAvg, usually `shared_keys`, `loss` or `deploy`. Nothing of one
-call is kept on the instance: `spare_model` slots are reusable buffers whose contents are undefined between
-calls (every caller loads all the weights it relies on).
+call is kept on the instance: `parts.spare` slots are reusable buffers whose contents are undefined between
+calls (every caller loads all the weights it relies on). The model bookkeeping (initial model, shared and
+local keys, spare buffers, the reply of the shared arrays) is `self.parts` (algorithms/model_parts.py).
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import torch
 from torch import nn
 
+from fedhet.algorithms.model_parts import ModelParts
 from fedhet.config import ServerConfig, TrainConfig
 from fedhet.core.aggregation import ServerOptimizer, average, client_weights
 from fedhet.core.contract import (
@@ -35,14 +36,13 @@ from fedhet.core.contract import (
     Deployment,
     FitStats,
     LocalPass,
-    OptimSpec,
     RoundInfo,
     ServerState,
     Work,
-    minimize,
+    loss_pass,
 )
 from fedhet.core.messages import Message, Reply
-from fedhet.core.params import StateDict, load_partial, state_of
+from fedhet.core.params import state_of
 from fedhet.losses.classification import cross_entropy
 from fedhet.models import SplitModel
 
@@ -101,47 +101,23 @@ class Algorithm(Generic[S, C, W]):
         self.server_cfg = server
         self.num_classes = num_classes
         self.device = device
-        self.template = model_fn().to(device)
-        self._spares: dict[str, SplitModel] = {}
+        template = model_fn().to(device)
         self.server_opt = ServerOptimizer(server)
-        self.shared = self.shared_keys(self.template)
-        self.init_state = state_of(self.template)
+        self.parts = ModelParts(template, self.shared_keys(template))
 
     # ------------------------------------------------------------------ models
-    def new_model(self) -> SplitModel:
-        """A fresh copy of the (seeded) initial model on the run's device."""
-        return copy.deepcopy(self.template)
-
-    def spare_model(self, slot: str) -> SplitModel:
-        """A model object reused across calls and clients for `slot` ("workspace", "reference", ...): built once
-        from the initial model; its contents are undefined between calls, so callers load what they rely on."""
-        if slot not in self._spares:
-            self._spares[slot] = self.new_model()
-        return self._spares[slot]
-
     def shared_keys(self, model: nn.Module) -> set[str]:
         """State-dict keys that are communicated and averaged. FedAvg: all parameters and buffers."""
         return set(model.state_dict())
 
-    def local_keys(self) -> set[str]:
-        """Keys that never leave the client."""
-        return set(self.init_state) - self.shared
-
-    def assemble(self, model: SplitModel, shared: StateDict, local: StateDict) -> SplitModel:
-        """Load into `model` every key: shared ones from `shared`, local ones from `local` (the initial model's
-        values where the client has none yet)."""
-        load_partial(model, {k: local.get(k, self.init_state[k]) for k in self.local_keys()})
-        load_partial(model, {k: v for k, v in shared.items() if k in self.init_state})
-        return model
-
     def client_model(self, msg: Message, state: ClientState) -> SplitModel:
         """The client's working model for this call: the reused workspace, fully loaded."""
-        return self.assemble(self.spare_model("workspace"), msg.arrays, state.local)
+        return self.parts.assemble(self.parts.spare("workspace"), msg.arrays, state.local)
 
     # ------------------------------------------------------------------ server side
     def init_server(self) -> S:
         """The shared part of the initial model and an empty server-optimizer state."""
-        shared = {k: v.clone() for k, v in self.init_state.items() if k in self.shared}
+        shared = {k: v.clone() for k, v in self.parts.init_state.items() if k in self.parts.shared}
         return self.server_state_type(model=shared)
 
     def broadcast(self, server: S, info: RoundInfo, client_id: int) -> Message:
@@ -150,7 +126,7 @@ class Algorithm(Generic[S, C, W]):
 
     def aggregate(self, server: S, replies: list[Reply], info: RoundInfo) -> S:
         """Weighted (or uniform) average of the clients' shared arrays, then the server optimizer."""
-        if not self.shared:
+        if not self.parts.shared:
             return server
         weights = client_weights([r.num_examples for r in replies], self.server_cfg.aggregation)
         averaged = average([{k: r.message.arrays[k] for k in server.model} for r in replies], weights)
@@ -159,7 +135,7 @@ class Algorithm(Generic[S, C, W]):
 
     def server_model(self, server: S) -> nn.Module:
         """The global model (for pooled evaluation of non-personalized methods)."""
-        return self.assemble(self.new_model(), server.model, {})
+        return self.parts.assemble(self.parts.new(), server.model, {})
 
     def reply_layout(self, broadcast: Message) -> dict[str, ArraySpec]:
         """Names, shapes and dtypes of the arrays a fit reply to `broadcast` carries (checked by the Flower
@@ -179,24 +155,14 @@ class Algorithm(Generic[S, C, W]):
         """The local objective of the model being trained. FedAvg: cross-entropy."""
         return cross_entropy(work.model, x, y)
 
-    def model_pass(self, work: W, name: str = "local", train: TrainConfig | None = None) -> LocalPass:
-        """Local SGD of `work.model` on `self.loss` with the train config's optimizer (persisted as "model")."""
-        cfg = train or self.train_cfg
-        return LocalPass(name, minimize(lambda x, y: self.loss(work, x, y)),
-                         {"model": OptimSpec.from_train(list(work.model.parameters()), cfg)}, cfg,
-                         modules=(work.model,))
-
     def passes(self, work: W) -> list[LocalPass]:
         """The round's local training. FedAvg: one pass of the model on the loss."""
-        return [self.model_pass(work)]
+        return [loss_pass(work.model, lambda x, y: self.loss(work, x, y), self.train_cfg)]
 
     def finish(self, work: W, state: C, stats: FitStats) -> tuple[Message, C]:
         """Reply with the shared part; keep the local part."""
-        return self.reply(work.model, stats), dataclasses.replace(state, local=state_of(work.model, self.local_keys()))
-
-    def reply(self, model: nn.Module, stats: FitStats) -> Message:
-        """The fit reply: the shared arrays plus training scalars."""
-        return Message(arrays=state_of(model, self.shared), scalars={"train_loss": stats.loss, "steps": stats.steps})
+        local = state_of(work.model, self.parts.local_keys())
+        return self.parts.reply(work.model, stats), dataclasses.replace(state, local=local)
 
     def deploy(self, msg: Message, state: C, ctx: ClientContext) -> Deployment:
         """The model this client would deploy: received shared part + its local part."""

@@ -12,7 +12,7 @@ import dataclasses
 
 from fedhet.algorithms.base import ModelAlgorithm
 from fedhet.algorithms.registry import register
-from fedhet.core.contract import LocalPass, Work
+from fedhet.core.contract import LocalPass, Work, loss_pass
 
 
 @register
@@ -27,4 +27,4 @@ class All(ModelAlgorithm):
         cfg = self.train_cfg
         if cfg.local_steps is not None:
             cfg = dataclasses.replace(cfg, local_steps=cfg.local_steps * work.ctx.num_clients)
-        return [self.model_pass(work, train=cfg)]
+        return [loss_pass(work.model, lambda x, y: self.loss(work, x, y), cfg)]

@@ -52,6 +52,7 @@ from fedhet.core.contract import (
     OptimSpec,
     ServerState,
     Work,
+    loss_pass,
     minimize,
 )
 from fedhet.core.messages import Message
@@ -113,14 +114,14 @@ class DittoFamily(Algorithm[ServerState, DS, DW]):
     # ------------------------------------------------------------------ the personal objective
     def reference_model(self, model: nn.Module) -> SplitModel:
         """A frozen copy of `model` (the round-start global model w^t), in eval mode, without gradients."""
-        reference = self.spare_model("reference")
+        reference = self.parts.spare("reference")
         reference.load_state_dict(model.state_dict())
         reference.eval().requires_grad_(False)
         return reference
 
     def personal_model(self, state: DittoState, fallback: nn.Module) -> SplitModel:
         """The client's personal model v, loaded from its state (before its first round: `fallback`'s weights)."""
-        personal = self.spare_model("personal")
+        personal = self.parts.spare("personal")
         personal.load_state_dict(state.personal if state.personal is not None else fallback.state_dict())
         return personal
 
@@ -154,7 +155,7 @@ class DittoFamily(Algorithm[ServerState, DS, DW]):
         personal_opt = {"personal": OptimSpec.from_train(list(work.personal.parameters()), self.personal_train_config(),
                                                          persist=False)}
         if self.params.schedule != "tandem":
-            return [self.model_pass(work),
+            return [loss_pass(work.model, lambda x, y: self.loss(work, x, y), self.train_cfg),
                     LocalPass("personal", minimize(lambda x, y: self.personal_loss(work, x, y), "personal"),
                               personal_opt, self.personal_train_config(), modules=(work.personal,), report=False)]
 
@@ -169,14 +170,14 @@ class DittoFamily(Algorithm[ServerState, DS, DW]):
 
     def finish(self, work: DW, state: DS, stats: FitStats) -> tuple[Message, DS]:
         """Send w; keep w's local keys and v."""
-        return self.reply(work.model, stats), dataclasses.replace(
-            state, local=state_of(work.model, self.local_keys()), personal=state_of(work.personal))
+        return self.parts.reply(work.model, stats), dataclasses.replace(
+            state, local=state_of(work.model, self.parts.local_keys()), personal=state_of(work.personal))
 
     def deploy(self, msg: Message, state: DS, ctx: ClientContext) -> Deployment:
         """The personal model v (the received global model for a client that has not trained yet)."""
         if state.personal is None:
             return Deployment(self.client_model(msg, state))
-        return Deployment(self.personal_model(state, self.spare_model("personal")))
+        return Deployment(self.personal_model(state, self.parts.spare("personal")))
 
 
 @register

@@ -85,7 +85,7 @@ class DittoMMD(DittoFamily[DittoMMDState, DittoMMDWork]):
     def __init__(self, params: DittoMMDParams, *args: Any, **kwargs: Any) -> None:
         super().__init__(params, *args, **kwargs)
         self.layers: list[str] = list(params.layers) if params.layers else ["features"]
-        check_layers(self.template, self.layers)
+        check_layers(self.parts.template, self.layers)
         self.schedule = KernelWeightSchedule(params.refit_interval, params.n_accumulate)
 
     @property

@@ -16,7 +16,7 @@ FRAug, so the only difference from FRAug is the augmentation; `local_bn=False`: 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +27,6 @@ from fedhet.algorithms.registry import register
 from fedhet.core.contract import Work
 from fedhet.core.params import BN_TYPES, keys_of_types
 from fedhet.errors import ConfigError
-from fedhet.models import SplitModel
 
 DISTRIBUTIONS = ("uniform", "laplace", "gaussian")
 
@@ -78,7 +77,7 @@ class EmbeddingNoise(ModelAlgorithm):
 
     def loss(self, work: Work, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """CE on the real embeddings plus CE of the head on noisy, detached embeddings."""
-        model = cast(SplitModel, work.model)
+        model = work.model
         u = model.features(x)
         noisy = u.detach() + sample_noise(u.shape, self.params.distribution, self.params.gamma, u.device)
         return F.cross_entropy(model.head(u), y) + F.cross_entropy(model.head(noisy), y)

@@ -4,7 +4,7 @@ ICLR 2022, Algorithm 1): federated training of the body only, then personalizati
 - During federated training the head keeps its random initialization and is never updated: it is excluded from
   the optimizer (so neither gradients, momentum nor weight decay touch it), it is not sent, and not averaged.
   Only the body (`model.features`) is trained locally and aggregated with FedAvg.
-- Every client starts from the same head: the seeded initial model's head (`new_model()` is built from the
+- Every client starts from the same head: the seeded initial model's head (`parts.new()` is built from the
   run's seed), which the server never has to send. It is kept as a local key, i.e. rebuilt from the initial
   model by `assemble`; since it never changes, what `finish` stores for it equals the initial head.
 - The deployed model is the global body + the initial head, fine-tuned on the client's own training split for
@@ -19,15 +19,13 @@ ICLR 2022, Algorithm 1): federated training of the body only, then personalizati
 from __future__ import annotations
 
 import dataclasses
-from typing import cast
 
 from torch import nn
 
 from fedhet.algorithms.pfedavg import PFedAvg
 from fedhet.algorithms.registry import register
-from fedhet.core.contract import LocalPass, Work
+from fedhet.core.contract import LocalPass, Work, loss_pass
 from fedhet.core.params import keys_under
-from fedhet.models import SplitModel
 
 
 @register
@@ -43,5 +41,6 @@ class FedBABU(PFedAvg):
 
     def passes(self, work: Work) -> list[LocalPass]:
         """FedAvg's local SGD on the body; the head's parameters are frozen for the whole pass."""
-        head = tuple(cast(SplitModel, work.model).head.parameters())
-        return [dataclasses.replace(self.model_pass(work), frozen=head)]
+        head = tuple(work.model.head.parameters())
+        body = loss_pass(work.model, lambda x, y: self.loss(work, x, y), self.train_cfg)
+        return [dataclasses.replace(body, frozen=head)]

@@ -142,7 +142,7 @@ class FedProto(Algorithm[ProtoServerState, ClientState, ProtoWork]):
     # ------------------------------------------------------------------ server side
     def init_server(self) -> ProtoServerState:
         """No global prototype yet: zero prototypes with zero counts."""
-        d = self.template.feature_dim
+        d = self.parts.template.feature_dim
         return ProtoServerState(proto=torch.zeros(self.num_classes, d), proto_count=torch.zeros(self.num_classes))
 
     def broadcast(self, server: ProtoServerState, info: RoundInfo, client_id: int) -> Message:
@@ -177,10 +177,10 @@ class FedProto(Algorithm[ProtoServerState, ClientState, ProtoWork]):
 
     def finish(self, work: ProtoWork, state: ClientState, stats: FitStats) -> tuple[Message, ClientState]:
         """Keep the trained model; reply with its class prototypes on the training data (eval transform)."""
-        new_state = dataclasses.replace(state, local=state_of(work.model, self.local_keys()))
+        new_state = dataclasses.replace(state, local=state_of(work.model, self.parts.local_keys()))
         data = work.ctx.data.train_eval if work.ctx.data.train_eval is not None else work.ctx.data.train
         proto, count = class_prototypes(work.model, data, self.num_classes, work.ctx.device)
-        scalars = self.reply(work.model, stats).scalars
+        scalars = self.parts.reply(work.model, stats).scalars
         return Message(arrays={"proto": proto, "proto_count": count}, scalars=scalars), new_state
 
     def deploy(self, msg: Message, state: ClientState, ctx: ClientContext) -> Deployment:

@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, replace
-from typing import cast
 
 from torch import nn
 
 from fedhet.algorithms.base import ModelAlgorithm
 from fedhet.algorithms.registry import register
-from fedhet.core.contract import LocalPass, OptimSpec, Work, minimize
+from fedhet.core.contract import LocalPass, OptimSpec, Work, loss_pass, minimize
 from fedhet.core.params import keys_under
 from fedhet.errors import ConfigError
-from fedhet.models import SplitModel
 
 
 @register
@@ -59,7 +57,7 @@ class FedRep(ModelAlgorithm):
 
     def head_pass(self, work: Work) -> LocalPass:
         """Phase 1: `head_epochs` epochs on the head, the body's parameters frozen, a fresh optimizer."""
-        model = cast(SplitModel, work.model)
+        model = work.model
         cfg = replace(self.train_cfg, local_epochs=self.params.head_epochs, local_steps=None)
         spec = OptimSpec.from_train(list(model.parameters()), cfg, persist=False)
         return LocalPass("head", minimize(lambda x, y: self.loss(work, x, y), "head"), {"head": spec}, cfg,
@@ -68,5 +66,6 @@ class FedRep(ModelAlgorithm):
     def passes(self, work: Work) -> list[LocalPass]:
         """Head pass (skipped when `head_epochs=0`), then the body pass (FedAvg's local SGD with the head
         frozen), which is the one reported."""
-        body = dataclasses.replace(self.model_pass(work), frozen=tuple(cast(SplitModel, work.model).head.parameters()))
+        body = dataclasses.replace(loss_pass(work.model, lambda x, y: self.loss(work, x, y), self.train_cfg),
+                                   frozen=tuple(work.model.head.parameters()))
         return ([self.head_pass(work)] if self.params.head_epochs > 0 else []) + [body]

@@ -143,10 +143,10 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork]):
 
     # ------------------------------------------------------------------ networks
     def new_generator(self) -> Generator:
-        return Generator(self.params.z_dim, self.num_classes, self.template.feature_dim).to(self.device)
+        return Generator(self.params.z_dim, self.num_classes, self.parts.template.feature_dim).to(self.device)
 
     def new_rtnet(self) -> RTNet:
-        return RTNet(self.template.feature_dim, self.params.z_dim).to(self.device)
+        return RTNet(self.parts.template.feature_dim, self.params.z_dim).to(self.device)
 
     def _net(self, slot: str, weights: StateDict | None) -> nn.Module:
         """The reused network of `slot` ("gen" | "rt"), loaded with `weights` (None: freshly random-initialised
@@ -267,13 +267,13 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork]):
     def finish(self, work: FRAugWork, state: FRAugState, stats: FitStats) -> tuple[Message, FRAugState]:
         """Send the classifier's shared part and g; keep the local BN, m, and (`proto_persist`) the prototypes."""
         p = self.params
-        new = dataclasses.replace(state, local=state_of(work.model, self.local_keys()))
+        new = dataclasses.replace(state, local=state_of(work.model, self.parts.local_keys()))
         if work.rt is not None:
             new = dataclasses.replace(new, rtnet=state_of(work.rt))
         if p.use_ema and p.proto_persist:
             new = dataclasses.replace(new, protos=work.protos.cpu(), proto_seen=work.seen.cpu(),
                                       proto_cursor=work.cursor)
-        arrays = state_of(work.model, self.shared)
+        arrays = state_of(work.model, self.parts.shared)
         if work.gen is not None:
             arrays.update({GEN + k: v for k, v in state_of(work.gen).items()})
         scalars: dict[str, Scalar] = {"train_loss": float(work.totals[0]) / max(stats.steps, 1), "steps": stats.steps}

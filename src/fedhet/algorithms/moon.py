@@ -121,7 +121,7 @@ class Moon(Algorithm[ServerState, MoonState, MoonWork]):
 
     def frozen_model(self, slot: str, weights: StateDict) -> SplitModel:
         """The reused model `slot`, loaded with `weights`, without gradients, in eval mode."""
-        model = self.spare_model(slot).requires_grad_(False)
+        model = self.parts.spare(slot).requires_grad_(False)
         load_partial(model, weights)
         return model.eval()
 

@@ -134,12 +134,12 @@ class PartialFed(Algorithm[ServerState, PartialFedState, PartialFedWork]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.layers = layers_of(self.template)
-        self.fixed = frozenset(matching_layers(self.template, list(self.params.local_layers)))
+        self.layers = layers_of(self.parts.template)
+        self.fixed = frozenset(matching_layers(self.parts.template, list(self.params.local_layers)))
 
     def mix(self, model: nn.Module, glob: StateDict, local: StateDict, from_local: frozenset[str]) -> None:
         """Load every layer from `glob`, except the layers in `from_local`, which come from `local`."""
-        load_partial(model, {k: v for k, v in glob.items() if k in self.init_state})
+        load_partial(model, {k: v for k, v in glob.items() if k in self.parts.init_state})
         load_partial(model, {k: local[k] for n in from_local for k in self.layers[n]})
 
     @staticmethod
@@ -178,7 +178,7 @@ class PartialFed(Algorithm[ServerState, PartialFedState, PartialFedWork]):
     def start(self, msg: Message, state: PartialFedState, ctx: ClientContext) -> PartialFedWork:
         """The round-start model: the global model with the chosen layers from the client's own model (Fix: the
         rule; Adaptive: a Bernoulli(p) draw, p updated on a probe batch); the whole global model at first."""
-        model = self.spare_model("workspace")
+        model = self.parts.spare("workspace")
         local, p = state.personal, state.p
         chosen: frozenset[str] = frozenset()
         if local is not None and self.params.variant == "fix":
@@ -192,13 +192,13 @@ class PartialFed(Algorithm[ServerState, PartialFedState, PartialFedWork]):
     def finish(self, work: PartialFedWork, state: PartialFedState, stats: FitStats
                ) -> tuple[Message, PartialFedState]:
         """Send the whole trained model (with the number of locally loaded layers); keep it and p."""
-        reply = self.reply(work.model, stats)
+        reply = self.parts.reply(work.model, stats)
         reply.scalars["local_layers"] = len(work.chosen)
         return reply, dataclasses.replace(state, personal=state_of(work.model), p=work.p)
 
     def deploy(self, msg: Message, state: PartialFedState, ctx: ClientContext) -> Deployment:
         """The client's model after its last local training (the received global model before that)."""
-        model = self.spare_model("workspace")
+        model = self.parts.spare("workspace")
         self.mix(model, msg.arrays, {}, frozenset())
         if state.personal is not None:
             load_partial(model, state.personal)

@@ -76,7 +76,7 @@ class PFedAvg(ModelAlgorithm):
         """The received model (+ local part) on a scratch copy, fine-tuned by the deployment's pass; `state` is
         left untouched."""
         # assemble loads every key, so nothing leaks between clients
-        model = self.assemble(self.spare_model("scratch"), msg.arrays, state.local)
+        model = self.parts.assemble(self.parts.spare("scratch"), msg.arrays, state.local)
         if self.params.finetune_epochs == 0:
             return Deployment(model)
         return Deployment(model, passes=[self.finetune_pass(Work(msg=msg, ctx=ctx, model=model), model)])

@@ -20,6 +20,7 @@ from fedhet.config import TrainConfig
 from fedhet.core.messages import Message
 from fedhet.core.params import StateDict
 from fedhet.data import ClientData
+from fedhet.models import SplitModel
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class Work:
 
     msg: Message
     ctx: ClientContext
-    model: nn.Module
+    model: SplitModel
 
 
 @dataclass(frozen=True)
@@ -179,3 +180,11 @@ def minimize(loss_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], name
         return loss
 
     return step
+
+
+def loss_pass(model: nn.Module, loss_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], train: TrainConfig,
+              name: str = "local") -> LocalPass:
+    """Local SGD of `model` on `loss_of(x, y)` with the train config's optimizer (named "model", persisted under
+    `train.persist_optimizer`): FedAvg's pass, and the first pass of most methods."""
+    return LocalPass(name, minimize(loss_of), {"model": OptimSpec.from_train(list(model.parameters()), train)}, train,
+                     modules=(model,))

@@ -64,7 +64,7 @@ class BatchedClients(InProcessClients):
         cfg = exp.config
         self.spec = batched_step_of(self.alg)
         self.train_cfg: TrainConfig = cfg.train
-        self.model = FunctionalModel.of(self.alg.new_model())
+        self.model = FunctionalModel.of(self.alg.parts.new())
         self.optimizer = optimizer_for(cfg.train)
         personal = self.spec.personal
         use_prox = self.spec.prox_mu > 0 or (personal is not None and personal.lam > 0)
@@ -76,7 +76,7 @@ class BatchedClients(InProcessClients):
         """Clients per chunk from `run.batched_memory_mb` / `run.batched_max_clients` (memory.py)."""
         run, exp = self.exp.config.run, self.exp
         slots = 2 if isinstance(self.optimizer, Adam) else int(self.train_cfg.momentum != 0)
-        per_lane = lane_bytes(self.alg.new_model(), exp.data.input_shape, self.train_cfg.batch_size, slots)
+        per_lane = lane_bytes(self.alg.parts.new(), exp.data.input_shape, self.train_cfg.batch_size, slots)
         budget = int(run.batched_memory_mb * MB) if run.batched_memory_mb else default_budget_bytes(exp.device)
         lanes = 2 if self.spec.personal is not None and self.spec.personal.tandem else 1  # lanes trained together
         return clients_per_chunk(per_lane, lanes, budget, run.batched_max_clients)
@@ -140,11 +140,11 @@ class BatchedClients(InProcessClients):
         """As `Algorithm.fit` ends: the reply from the trained model; local keys, optimizer, personal model kept."""
         model = self.alg.client_model(job.msg, job.state)
         load_partial(model, result.state)
-        changes: dict[str, Any] = {"local": state_of(model, self.alg.local_keys())}
+        changes: dict[str, Any] = {"local": state_of(model, self.alg.parts.local_keys())}
         if self.train_cfg.persist_optimizer and result.optim is not None:
             changes["optim"] = {**job.state.optim, "model": result.optim}
         if personal is not None:
             changes["personal"] = personal.state
         job.state = dataclasses.replace(job.state, **changes)
         stats = FitStats(loss=result.stats.loss, steps=result.stats.steps, examples=result.stats.examples)
-        return Reply(job.cid, self.alg.reply(model, stats), self.train_data[job.cid].num_train)
+        return Reply(job.cid, self.alg.parts.reply(model, stats), self.train_data[job.cid].num_train)
