@@ -36,7 +36,7 @@ from fedhet.runtimes.flower.records import (  # noqa: E402
     from_content,
     to_content,
 )
-from fedhet.runtimes.flower.server import FlowerRoundLoop  # noqa: E402
+from fedhet.runtimes.flower.round_loop import FlowerRoundLoop  # noqa: E402
 from fedhet.runtimes.flower.worker import Worker  # noqa: E402
 
 BASE = ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={width: 8}", "train.local_steps=1",

@@ -38,14 +38,9 @@ from fedhet.engine.loop import Interrupted, RoundLoop  # noqa: E402
 from fedhet.engine.sampling import sample_clients  # noqa: E402
 from fedhet.launch.run import run_experiment  # noqa: E402
 from fedhet.runtimes.flower import client as flower_client  # noqa: E402
+from fedhet.runtimes.flower.faults import FAULTS_FILE, STOPPED_FILE, RoundFailed, short_reason  # noqa: E402
 from fedhet.runtimes.flower.records import metrics_content, to_content  # noqa: E402
-from fedhet.runtimes.flower.server import (  # noqa: E402
-    FAULTS_FILE,
-    STOPPED_FILE,
-    FlowerRoundLoop,
-    RoundFailed,
-    short_reason,
-)
+from fedhet.runtimes.flower.round_loop import FlowerRoundLoop  # noqa: E402
 from fedhet.runtimes.flower.validation import (  # noqa: E402
     ReplyRejected,
     check_arrays,

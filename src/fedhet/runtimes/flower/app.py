@@ -23,7 +23,7 @@ from fedhet.engine.experiment import build_experiment
 from fedhet.engine.loop import RunResult
 from fedhet.engine.rundir import RunDirectory, start_check
 from fedhet.errors import FedhetError
-from fedhet.runtimes.flower import client, server
+from fedhet.runtimes.flower import client, round_loop
 
 
 @dataclass
@@ -82,7 +82,7 @@ def run_server(grid: Grid, settings: FlowerSettings) -> RunResult:
         run_dir = Path(settings.run_dir)
         with RunDirectory(run_dir).locked():
             start_check(run_dir, settings.resume)
-            loop = server.FlowerRoundLoop(build_experiment(cfg), run_dir, grid, progress=settings.progress,
+            loop = round_loop.FlowerRoundLoop(build_experiment(cfg), run_dir, grid, progress=settings.progress,
                                           wait_for_nodes=settings.wait_for_nodes,
                                           poll_interval=settings.poll_interval, stop_event=settings.stop_event)
             if settings.resume:

@@ -115,7 +115,7 @@ def stored_rounds(context: Context) -> list[int]:
 def stored_state(context: Context, rnd: int) -> ClientState | None:
     """The state this node stored after fitting round `rnd` (None if it has none in context.state)."""
     data = _stored(context).get(f"r{rnd}")
-    return None if data is None else state_from_bytes(data)  # type: ignore[arg-type]
+    return None if data is None else state_from_bytes(data)
 
 
 def load_state(context: Context, exp: Experiment, setup: ClientSetup, cid: int, state_round: int) -> ClientState:
@@ -124,7 +124,7 @@ def load_state(context: Context, exp: Experiment, setup: ClientSetup, cid: int, 
     stored = _stored(context)
     data = stored.get(f"r{state_round}")
     if data is not None:
-        return state_from_bytes(data)  # type: ignore[arg-type]
+        return state_from_bytes(data)
     if state_round == 0:
         return exp.algorithm.init_client(cid)
     folder = state_folder(context, setup, cid)

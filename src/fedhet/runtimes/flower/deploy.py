@@ -83,7 +83,7 @@ def deploy_experiment(cfg: ExperimentConfig, run_dir: str | Path, workdir: str |
     SuperNode, so ClientApp processes do not import torch and rebuild the experiment per message): see
     `LocalFederation`."""
     from fedhet.data import build_federated_data
-    from fedhet.runtimes.flower.server import STOPPED_FILE
+    from fedhet.runtimes.flower.faults import STOPPED_FILE
 
     run_dir = Path(run_dir).resolve()
     check_writable_path(run_dir)
@@ -123,7 +123,7 @@ def deploy_experiment(cfg: ExperimentConfig, run_dir: str | Path, workdir: str |
 
 def _raise_if_stopped(stopped: Path, since: float) -> None:
     """Raise the ServerApp's own error when it stopped the run (too few valid replies) during this deployment."""
-    from fedhet.runtimes.flower.server import RoundFailed
+    from fedhet.runtimes.flower.faults import RoundFailed
 
     if stopped.is_file() and stopped.stat().st_mtime >= since - 1:
         raise RoundFailed(json.loads(stopped.read_text())["error"])

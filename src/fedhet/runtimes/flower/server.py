@@ -17,66 +17,24 @@ does not answer, fails, or answers with something the server cannot use (see doc
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from flwr.app import Message as FlowerMessage
 from flwr.app import MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from fedhet.atomic import atomic_write_text
 from fedhet.core.messages import Message, Reply
 from fedhet.engine.experiment import Experiment
-from fedhet.engine.loop import RoundLoop, RunResult
 from fedhet.errors import FedhetError
-from fedhet.runtimes.flower import checkpoint_config
+from fedhet.runtimes.flower.faults import RoundFailed, required, short_reason
 from fedhet.runtimes.flower.records import from_content, to_content
 from fedhet.runtimes.flower.validation import ReplyRejected, evaluate_reply, expected_reply_spec, fit_reply
 
 log = logging.getLogger(__name__)
-FAULTS_FILE = "faults.jsonl"
-STOPPED_FILE = "stopped.json"
-
-
-class RoundFailed(FedhetError):
-    """Too few clients answered a round validly; the run stopped after a checkpoint."""
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)): (\S.*)$")
-_WRAPPERS = ("ClientAppException", "RayTaskError")
-
-
-_FLOWER_REASON = re.compile(r"^<class '(?:[\w.]+\.)?(\w+)'>:<'(.*)'>$", re.DOTALL)
-
-
-def short_reason(reason: str | None, limit: int = 500) -> str:
-    """An error reply's reason in one line: the root exception of a traceback (Ray wraps a ClientApp's
-    exception in two more), without terminal colour codes."""
-    text = _ANSI.sub("", reason or "no reason given").strip()
-    flower = _FLOWER_REASON.match(text)
-    if flower and "\n" not in flower.group(2):  # Flower's "<class 'X'>:<'message'>"
-        text = f"{flower.group(1)}: {flower.group(2)}"
-    if "\n" not in text and len(text) <= limit:
-        return text
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    found = [m for m in map(_EXCEPTION_LINE.match, lines) if m and not any(w in m.group(1) for w in _WRAPPERS)]
-    line = f"{found[0].group(1).rsplit('.', 1)[-1]}: {found[0].group(2)}" if found else lines[-1]
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def required(fraction: float, total: int) -> int:
-    """How many of `total` replies a round needs (at least one)."""
-    return min(total, max(1, math.ceil(fraction * total - 1e-9)))
-
-
 class FlowerClients:
     """Runs the clients' fit / evaluate on Flower nodes (one node per client, found by its partition-id)."""
 
@@ -290,52 +248,3 @@ class FlowerClients:
         for key in pending.values():
             failures[key] = f"no reply within {timeout:g} s (server.reply_timeout)"
         return replies, failures
-
-
-class FlowerRoundLoop(RoundLoop):
-    """The in-process RoundLoop with `FlowerClients` as its client executor, plus fault handling: a round
-    without enough valid replies rolls back, writes the checkpoint of the last completed round and stops."""
-
-    def __init__(self, exp: Experiment, run_dir: Path, grid: Grid, progress: bool = True,
-                 timeout: float | None = None, wait_for_nodes: float = 300.0, poll_interval: float = 0.2,
-                 stop_event: threading.Event | None = None) -> None:
-        flower = FlowerClients(exp, grid, timeout=timeout, wait_for_nodes=wait_for_nodes, poll_interval=poll_interval,
-                               stop_event=stop_event, on_fault=lambda row: self._log_fault(row))
-        super().__init__(exp, run_dir, flower, progress=progress)
-        self.flower = flower
-
-    def _log_fault(self, row: dict[str, Any]) -> None:
-        self.dir.path.mkdir(parents=True, exist_ok=True)
-        with open(self.dir.path / FAULTS_FILE, "a") as fh:
-            fh.write(json.dumps(row) + "\n")
-
-    def checkpoint_config(self) -> dict[str, Any]:
-        return checkpoint_config(self.cfg.to_dict())
-
-    def checkpoint(self) -> None:
-        """The in-process checkpoint, with the clients' state rounds instead of their states."""
-        super().checkpoint()
-        self.flower.checkpoint_round = dict(self.flower.get_states()["state_round"])
-
-    def resume(self, allow_changes: tuple[str, ...] = ()) -> None:
-        super().resume(allow_changes)
-        self.flower.checkpoint_round = dict(self.flower.state_round)
-
-    def train_round(self, rnd: int) -> None:
-        self.flower.start_round = dict(self.flower.state_round)
-        super().train_round(rnd)
-
-    def run(self, stop_after: int | None = None) -> RunResult:
-        stopped = self.dir.path / STOPPED_FILE
-        try:
-            result = super().run(stop_after=stop_after)
-        except RoundFailed as err:
-            self._restore(self._committed)
-            self.checkpoint()
-            message = (f"{err} Stopped; the checkpoint of round {self.round} is {self.dir.latest_checkpoint}. "
-                       "Bring the clients back (or lower the minimum) and continue with --resume.")
-            atomic_write_text(stopped, json.dumps({"round": self.round, "error": message}, indent=2))
-            log.error("%s", message)
-            raise RoundFailed(message) from None
-        stopped.unlink(missing_ok=True)
-        return result
