@@ -96,7 +96,7 @@ def measure(model: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     exp = experiment(model, n, args)
     alg = exp.algorithm
     server = alg.init_server()
-    shared = alg.broadcast(server, 1, 0)  # the same global model for every client: one copy, not N
+    shared = alg.broadcast(server, exp.round_info(1), 0)  # the same global model for every client: one copy, not N
     messages = {cid: shared for cid in range(n)}
     batched = BatchedClients(exp)
     row: dict[str, Any] = {"model": model, "method": exp.config.method, "clients": n,

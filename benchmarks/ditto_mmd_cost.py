@@ -28,6 +28,7 @@ from fedhet.atomic import atomic_write_text
 from fedhet.config import load_config
 from fedhet.core.seeding import seeded
 from fedhet.engine.experiment import build_experiment
+from fedhet.engine.local import fit_client
 from fedhet.launch.sweep import plan_sweep
 
 
@@ -40,7 +41,7 @@ def time_fit(exp: Any, client: int) -> tuple[float, int]:
         ctx = exp.context(client, rnd)
         with seeded(exp.config.seed, rnd, client, "fit"):
             start = time.perf_counter()
-            reply, state = alg.fit(alg.broadcast(server, rnd, client), state, ctx)
+            reply, state = fit_client(alg, alg.broadcast(server, ctx.info, client), state, ctx)
             elapsed = time.perf_counter() - start
     steps = int(reply.scalars.get("steps", 0)) or 1
     return elapsed, steps

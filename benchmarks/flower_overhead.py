@@ -139,7 +139,7 @@ def payload_floats(cfg) -> int:
     from fedhet.engine.experiment import build_experiment
 
     alg = build_experiment(cfg).algorithm
-    return sum(v.numel() for v in alg.init_server()["global"].values())
+    return sum(v.numel() for v in alg.init_server().model.values())
 
 
 def run_floor(cfg, work: Path, poll: float, task_poll: float | None, imports: list[str]) -> dict[str, Any]:

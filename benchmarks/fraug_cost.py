@@ -31,6 +31,7 @@ from fedhet.atomic import atomic_write_text
 from fedhet.config import ExperimentConfig, load_config
 from fedhet.core.seeding import seeded
 from fedhet.engine.experiment import Experiment, build_experiment
+from fedhet.engine.local import fit_client
 from fedhet.launch.sweep import plan_sweep
 from fedhet.models import build_model, count_params_and_macs
 from fedhet.models.fraug_nets import Generator, RTNet
@@ -76,8 +77,9 @@ def _experiment(cfg: ExperimentConfig, method: str) -> Experiment:
 def _train_round(exp: Experiment, clients: InProcessClients, server: Any, rnd: int) -> Any:
     """One round of local training of every client and the aggregation, as the in-process runtime runs it."""
     alg = exp.algorithm
-    replies = clients.fit(rnd, {cid: alg.broadcast(server, rnd, cid) for cid in range(clients.num_train_clients)})
-    return alg.aggregate(server, replies)
+    info = exp.round_info(rnd)
+    replies = clients.fit(rnd, {cid: alg.broadcast(server, info, cid) for cid in range(clients.num_train_clients)})
+    return alg.aggregate(server, replies, info)
 
 
 def flops_per_step(exp: Experiment, steps: int) -> float:
@@ -87,7 +89,7 @@ def flops_per_step(exp: Experiment, steps: int) -> float:
     ctx = exp.context(0, 1)
     counter = FlopCounterMode(display=False)
     with seeded(exp.config.seed, 1, 0, "fit"), counter:
-        alg.fit(alg.broadcast(server, 1, 0), state, ctx)
+        fit_client(alg, alg.broadcast(server, ctx.info, 0), state, ctx)
     return counter.get_total_flops() / steps
 
 
