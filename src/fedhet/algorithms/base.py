@@ -89,7 +89,7 @@ class Algorithm(Generic[S, C, W]):
     name: ClassVar[str] = "base"
     Params: ClassVar[type] = NoParams
     personalized: ClassVar[bool] = False  # clients deploy their own model (evaluated per client)
-    centralized: ClassVar[bool] = False  # trains one model on the union of the clients' data (oracle)
+    centralized: ClassVar[bool] = False  # trains on the union of the clients' data: engine/experiment.arrange
     server_state_type: type[S]
     client_state_type: type[C]
     work_type: type[W]

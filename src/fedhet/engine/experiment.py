@@ -30,15 +30,37 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+@dataclass(frozen=True)
+class Arrangement:
+    """Who trains: `train`, the training clients (the clients themselves, or for a centralized method one
+    pseudo-client "all" holding the union of their training data), and `state_of[cid]`, the training client
+    whose state client `cid` deploys at evaluation. `pooled`: one model trained on everyone's data, which has
+    no federated counterpart (the Flower runtime refuses it)."""
+
+    train: list[ClientData]
+    state_of: list[int]
+    pooled: bool = False
+
+
+def arrange(alg: Algorithm[Any, Any, Any], data: FederatedData) -> Arrangement:
+    """The clients as they train: as they are, or pooled for a centralized method (the oracle `all`)."""
+    if not alg.centralized:
+        return Arrangement(list(data.clients), list(range(len(data.clients))))
+    pooled = ClientData(name="all", domain="all", train=data.pooled_train(), val=None, test=data.pooled_test(),
+                        train_eval=data.pooled_train())
+    return Arrangement([pooled], [0] * len(data.clients), pooled=True)
+
+
 @dataclass
 class Experiment:
-    """Everything a runtime needs: config, data, device and the algorithm instance."""
+    """Everything a runtime needs: config, data (and how it is arranged for training), device and algorithm."""
 
     config: ExperimentConfig
     data: FederatedData
     device: torch.device
     algorithm: Algorithm[Any, Any, Any]
     model_fn: Callable[[], SplitModel]
+    arrangement: Arrangement
 
     def round_info(self, rnd: int) -> RoundInfo:
         """Round `rnd` of this run, as the algorithm sees it."""
@@ -97,4 +119,4 @@ def build_experiment(cfg: ExperimentConfig) -> Experiment:
     algorithm = build_algorithm(cfg, data, device, model_fn)
     log.info("built %s on %s: %d clients, %d classes, device %s", cfg.method, cfg.data.dataset,
              len(data.clients), data.num_classes, device)
-    return Experiment(cfg, data, device, algorithm, model_fn)
+    return Experiment(cfg, data, device, algorithm, model_fn, arrange(algorithm, data))

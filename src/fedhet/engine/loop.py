@@ -161,7 +161,7 @@ class RoundLoop:
         """Evaluate every client's deployed model; returns the average test accuracy."""
         n = len(self.exp.data.clients)
         info = self.exp.round_info(rnd)
-        messages = {cid: self.alg.broadcast(self.server, info, 0 if self.alg.centralized else cid)
+        messages = {cid: self.alg.broadcast(self.server, info, self.exp.arrangement.state_of[cid])
                     for cid in range(n)}
         rows = client_rows(rnd, "test", self.clients.evaluate(rnd, messages, "test"))
         if self.cfg.eval.val:

@@ -9,7 +9,6 @@ from torch.utils.data import Dataset
 from fedhet.core.contract import ClientState
 from fedhet.core.messages import Message, Reply
 from fedhet.core.seeding import seeded
-from fedhet.data import ClientData
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.local import evaluate_client, fit_client
 
@@ -20,10 +19,7 @@ class InProcessClients:
     def __init__(self, exp: Experiment) -> None:
         self.exp = exp
         self.alg = exp.algorithm
-        if self.alg.centralized:  # the oracle trains one pseudo-client holding everyone's training data
-            self.train_data = [_pooled_client(exp)]
-        else:
-            self.train_data = list(exp.data.clients)
+        self.train_data = exp.arrangement.train
         self.states: dict[int, ClientState] = {i: self.alg.init_client(i) for i in range(len(self.train_data))}
 
     @property
@@ -48,7 +44,7 @@ class InProcessClients:
             dataset: Dataset[Any] | None = getattr(client, split)
             if dataset is None:
                 continue
-            state = self.states[0] if self.alg.centralized else self.states[cid]
+            state = self.states[self.exp.arrangement.state_of[cid]]
             ctx = self.exp.context(cid, rnd)
             with seeded(self.exp.config.seed, rnd, cid, "evaluate"):
                 results[client.name] = evaluate_client(self.alg, messages[cid], state, ctx, dataset)
@@ -60,8 +56,3 @@ class InProcessClients:
     def set_states(self, states: dict[int, Any]) -> None:
         self.states = dict(states)
 
-
-def _pooled_client(exp: Experiment) -> ClientData:
-    data = exp.data
-    return ClientData(name="all", domain="all", train=data.pooled_train(), val=None, test=data.pooled_test(),
-                      train_eval=data.pooled_train())

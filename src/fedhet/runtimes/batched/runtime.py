@@ -38,7 +38,7 @@ def batched_step_of(alg: Algorithm[Any, Any, Any]) -> BatchedStep:
     """The algorithm's declared batched step, or a ConfigError that names the runtime to use instead."""
     declared = "batched_step" in vars(type(alg))
     spec = alg.batched_step() if declared else None
-    if spec is None or alg.centralized:
+    if spec is None:
         inherited = "" if declared else " (an inherited declaration does not count: the subclass may change the step)"
         raise ConfigError(f"method '{alg.name}' cannot run on run.runtime=batched: {type(alg).__name__} does not "
                           f"declare a batched local step{inherited}. Run it with run.runtime=inprocess.")

@@ -41,7 +41,7 @@ class FlowerClients:
     def __init__(self, exp: Experiment, grid: Grid, timeout: float | None = None, wait_for_nodes: float = 300.0,
                  poll_interval: float = 0.2, stop_event: threading.Event | None = None,
                  on_fault: Callable[[dict[str, Any]], None] | None = None) -> None:
-        if exp.algorithm.centralized:
+        if exp.arrangement.pooled:
             raise FedhetError(f"'{exp.config.method}' trains one model on the pooled data of all clients; "
                               "it has no federated counterpart, run it in-process")
         self.exp, self.grid = exp, grid
