@@ -106,7 +106,7 @@ def test_projection_head_is_shared_seeded_and_off_the_classifier_path() -> None:
     alg, again = make(projection_dim=3), make(projection_dim=3)
     keys = set(alg.parts.init_state)
     assert {"projection.0.weight", "projection.2.weight"} <= keys
-    assert all(torch.equal(alg.parts.init_state[k], again.init_state[k]) for k in keys)
+    assert all(torch.equal(alg.parts.init_state[k], again.parts.init_state[k]) for k in keys)
     server = alg.init_server()
     out, state = fit(alg, server, alg.init_client(0), 1)
     assert set(out.arrays) == keys

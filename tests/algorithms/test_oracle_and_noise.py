@@ -70,7 +70,7 @@ def test_embnoise_loss_by_hand_and_the_noise_reaches_the_head_only() -> None:
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(g_all, g_real, strict=True))  # detached u
     fedavg_like = ALGORITHMS.get("embnoise")(EmbeddingNoise.Params(local_bn=False), lambda: model, alg.train_cfg,
                                              ServerConfig(), 2, CPU)
-    assert not fedavg_like.personalized and fedavg_like.shared == set(model.state_dict())
+    assert not fedavg_like.personalized and fedavg_like.parts.shared == set(model.state_dict())
 
 
 @pytest.mark.parametrize(("distribution", "variance"), [("uniform", 1 / 3), ("laplace", 2.0), ("gaussian", 1.0)])

@@ -5,6 +5,12 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from fedhet.core.messages import Message, Reply
+from fedhet.errors import FedhetError
+
+
+class ClientsFailed(FedhetError):
+    """Too few clients answered a round validly; the loop returns to the last completed round, writes its
+    checkpoint and stops (a runtime whose clients can fail raises a subclass)."""
 
 
 class ClientExecutor(Protocol):
@@ -28,3 +34,12 @@ class ClientExecutor(Protocol):
 
     def set_states(self, states: Any) -> None:
         """Restore what `get_states` returned (resume, rollback)."""
+
+    def begin_round(self, rnd: int) -> None:
+        """Round `rnd` starts (before sampling)."""
+
+    def on_disk(self) -> None:
+        """The states as they are now are the ones on disk (a checkpoint was written or resumed)."""
+
+    def checkpoint_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The config a checkpoint of this runtime is fingerprinted with."""

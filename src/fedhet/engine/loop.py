@@ -15,7 +15,7 @@ from fedhet.config import ExperimentConfig
 from fedhet.core.seeding import seeded
 from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.engine.evaluation import evaluate
-from fedhet.engine.executor import ClientExecutor
+from fedhet.engine.executor import ClientExecutor, ClientsFailed
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.finite import DIVERGED_ADVICE, first_nonfinite
 from fedhet.engine.rundir import RunDirectory, client_rows
@@ -111,8 +111,8 @@ class RoundLoop:
 
     # -------------------------------------------------------------- persistence
     def checkpoint_config(self) -> dict[str, Any]:
-        """The config a checkpoint is fingerprinted with."""
-        return self.cfg.to_dict()
+        """The config a checkpoint is fingerprinted with (the runtime's version of it)."""
+        return self.clients.checkpoint_config(self.cfg.to_dict())
 
     def resume(self, allow_changes: tuple[str, ...] = ()) -> None:
         """Continue from the checkpoint: restore it, rebuild metrics.jsonl from its rows (a kill between the
@@ -122,6 +122,7 @@ class RoundLoop:
         self.elapsed, self.config_changes = payload["elapsed"], payload["config_changes"]
         self.clients.set_states(payload["clients"])
         self._committed, self._saved_round = self._snapshot(), self.round
+        self.clients.on_disk()
         self.dir.write_metrics(self.metrics)
         for change in self.config_changes:
             if change["round"] == self.round:
@@ -137,6 +138,7 @@ class RoundLoop:
                         server=self.server, clients=self.clients.get_states(), metrics=self.metrics,
                         elapsed=self.elapsed, config_changes=self.config_changes)
         self._saved_round = self.round
+        self.clients.on_disk()
         self._phase("checkpoint_saved", self.round)
         self.dir.write_config(self.cfg.to_dict())  # the config of the run as it stands at its checkpoint
         self.dir.write_metrics(self.metrics)
@@ -144,6 +146,7 @@ class RoundLoop:
 
     # -------------------------------------------------------------- one round
     def train_round(self, rnd: int) -> None:
+        self.clients.begin_round(rnd)
         n = self.clients.num_train_clients
         sampled = sample_clients(self.cfg.seed, rnd, n, self.cfg.server.fraction_fit,
                                  self.cfg.server.min_fit_clients)
@@ -222,6 +225,10 @@ class RoundLoop:
                 self.stop_at_last_commit(signals)
                 raise Interrupted(f"interrupted after round {self.round}; checkpoint written to "
                                   f"{self.dir.latest_checkpoint}. Continue with --resume.") from err
+            except ClientsFailed:
+                bar.close()
+                self.stop_at_last_commit(signals)
+                raise
             except TrainingDivergedError:
                 bar.close()
                 self.stop_at_last_commit(signals)

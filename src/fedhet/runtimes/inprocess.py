@@ -50,6 +50,15 @@ class InProcessClients:
                 results[client.name] = evaluate_client(self.alg, messages[cid], state, ctx, dataset)
         return results
 
+    def begin_round(self, rnd: int) -> None:
+        """Nothing to prepare: the states are here."""
+
+    def on_disk(self) -> None:
+        """Nothing to track: the checkpoint holds the states themselves."""
+
+    def checkpoint_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        return config
+
     def get_states(self) -> dict[int, Any]:
         return self.states
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 import re
 
-from fedhet.errors import FedhetError
+from fedhet.engine.executor import ClientsFailed
 
 FAULTS_FILE = "faults.jsonl"
 STOPPED_FILE = "stopped.json"
 
 
-class RoundFailed(FedhetError):
+class RoundFailed(ClientsFailed):
     """Too few clients answered a round validly; the run stopped after a checkpoint."""
 
 

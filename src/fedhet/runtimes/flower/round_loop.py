@@ -14,7 +14,6 @@ from flwr.serverapp import Grid
 from fedhet.atomic import atomic_write_text
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.loop import RoundLoop, RunResult
-from fedhet.runtimes.flower import checkpoint_config
 from fedhet.runtimes.flower.faults import FAULTS_FILE, STOPPED_FILE, RoundFailed
 from fedhet.runtimes.flower.server import FlowerClients
 
@@ -22,8 +21,8 @@ log = logging.getLogger(__name__)
 
 
 class FlowerRoundLoop(RoundLoop):
-    """The in-process RoundLoop with `FlowerClients` as its client executor, plus fault handling: a round
-    without enough valid replies rolls back, writes the checkpoint of the last completed round and stops."""
+    """The shared RoundLoop with `FlowerClients` as its client executor; faults go to `faults.jsonl`, and a
+    round without enough valid replies (RoundLoop rolls back and checkpoints) leaves `stopped.json`."""
 
     def __init__(self, exp: Experiment, run_dir: Path, grid: Grid, progress: bool = True,
                  timeout: float | None = None, wait_for_nodes: float = 300.0, poll_interval: float = 0.2,
@@ -38,29 +37,11 @@ class FlowerRoundLoop(RoundLoop):
         with open(self.dir.path / FAULTS_FILE, "a") as fh:
             fh.write(json.dumps(row) + "\n")
 
-    def checkpoint_config(self) -> dict[str, Any]:
-        return checkpoint_config(self.cfg.to_dict())
-
-    def checkpoint(self) -> None:
-        """The in-process checkpoint, with the clients' state rounds instead of their states."""
-        super().checkpoint()
-        self.flower.checkpoint_round = dict(self.flower.get_states()["state_round"])
-
-    def resume(self, allow_changes: tuple[str, ...] = ()) -> None:
-        super().resume(allow_changes)
-        self.flower.checkpoint_round = dict(self.flower.state_round)
-
-    def train_round(self, rnd: int) -> None:
-        self.flower.start_round = dict(self.flower.state_round)
-        super().train_round(rnd)
-
     def run(self, stop_after: int | None = None) -> RunResult:
         stopped = self.dir.path / STOPPED_FILE
         try:
             result = super().run(stop_after=stop_after)
-        except RoundFailed as err:
-            self._restore(self._committed)
-            self.checkpoint()
+        except RoundFailed as err:  # RoundLoop.run has returned to the last completed round and checkpointed it
             message = (f"{err} Stopped; the checkpoint of round {self.round} is {self.dir.latest_checkpoint}. "
                        "Bring the clients back (or lower the minimum) and continue with --resume.")
             atomic_write_text(stopped, json.dumps({"round": self.round, "error": message}, indent=2))

@@ -30,6 +30,7 @@ from flwr.serverapp import Grid
 from fedhet.core.messages import Message, Reply
 from fedhet.engine.experiment import Experiment
 from fedhet.errors import FedhetError
+from fedhet.runtimes.flower import checkpoint_config
 from fedhet.runtimes.flower.faults import RoundFailed, required, short_reason
 from fedhet.runtimes.flower.records import from_content, to_content
 from fedhet.runtimes.flower.validation import ReplyRejected, evaluate_reply, expected_reply_spec, fit_reply
@@ -107,6 +108,17 @@ class FlowerClients:
             raise RoundFailed(self._shortfall(rnd, f"evaluate ({split})", answered, len(contents), need, problems,
                                               f"server.{which}={fraction}"))
         return results
+
+    def begin_round(self, rnd: int) -> None:
+        """The states each client holds when the round starts: a rollback may ask for them again."""
+        self.start_round = dict(self.state_round)
+
+    def on_disk(self) -> None:
+        """The state rounds at the checkpoint: a resume may ask for them again."""
+        self.checkpoint_round = dict(self.state_round)
+
+    def checkpoint_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        return checkpoint_config(config)
 
     def get_states(self) -> dict[str, Any]:
         """Client states stay on the clients; the server keeps (and checkpoints) only which round's state
