@@ -307,7 +307,7 @@ def test_offline_node_is_skipped_and_a_restarted_node_rejoins(tmp_path, task_ide
     assert grid.sent_to_offline == []  # nothing sent to the dead node, so no wait for reply_timeout (3600 s)
     got = rows(tmp_path / "flower")
     assert [r for r in got if r["round"] != 2] == [r for r in expected if r["round"] != 2]
-    assert loop.clients.node_of[1] == 201
+    assert loop.flower.link.node_of[1] == 201
     # the restarted node read round 1's state from the state folder, then trained round 3
     assert flower_client.stored_rounds(grid.contexts[201]) == [1, 3]
 

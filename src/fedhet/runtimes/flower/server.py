@@ -20,19 +20,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from flwr.app import Message as FlowerMessage
-from flwr.app import MessageType, RecordDict
+from flwr.app import MessageType
 from flwr.serverapp import Grid
 
 from fedhet.core.messages import Message, Reply
 from fedhet.engine.experiment import Experiment
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower import checkpoint_config
-from fedhet.runtimes.flower.faults import RoundFailed, required, short_reason
-from fedhet.runtimes.flower.records import from_content, to_content
+from fedhet.runtimes.flower.faults import RoundFailed, required
+from fedhet.runtimes.flower.records import to_content
+from fedhet.runtimes.flower.transport import NodeLink
 from fedhet.runtimes.flower.validation import ReplyRejected, evaluate_reply, expected_reply_spec, fit_reply
 
 log = logging.getLogger(__name__)
@@ -45,15 +45,15 @@ class FlowerClients:
         if exp.arrangement.pooled:
             raise FedhetError(f"'{exp.config.method}' trains one model on the pooled data of all clients; "
                               "it has no federated counterpart, run it in-process")
-        self.exp, self.grid = exp, grid
-        self.timeout = exp.config.server.reply_timeout if timeout is None else timeout
-        self.poll_interval, self.stop_event, self.on_fault = poll_interval, stop_event, on_fault
+        self.exp, self.on_fault = exp, on_fault
+        self.link = NodeLink(grid, exp.config.server.reply_timeout if timeout is None else timeout, poll_interval,
+                             stop_event)
         # the last round whose fit reply of each client was aggregated (0: none); also at the last checkpoint
         # and at the start of the current round: the states a client may still be asked for
         self.state_round: dict[int, int] = {}
         self.checkpoint_round: dict[int, int] = {}
         self.start_round: dict[int, int] = {}
-        self.node_of = self._map_nodes(wait_for_nodes)
+        self.link.map_nodes(self.num_train_clients, wait_for_nodes)
 
     @property
     def num_train_clients(self) -> int:
@@ -64,7 +64,7 @@ class FlowerClients:
         """Local training on the sampled clients' nodes; the valid replies in the order of `messages`."""
         contents = {cid: to_content(msg, round=rnd, client=cid, **self._state_meta(cid))
                     for cid, msg in messages.items()}
-        received, problems = self._exchange(MessageType.TRAIN, contents, f"fit-{rnd}")
+        received, problems = self.link.exchange(MessageType.TRAIN, contents, f"fit-{rnd}")
         replies = []
         for cid, msg in messages.items():
             if cid not in received:
@@ -86,7 +86,7 @@ class FlowerClients:
         clients that failed are left out."""
         contents = {cid: to_content(messages[cid], round=rnd, client=cid, split=split, **self._state_meta(cid))
                     for cid in range(len(self.exp.data.clients))}
-        received, problems = self._exchange(MessageType.EVALUATE, contents, f"evaluate-{split}-{rnd}")
+        received, problems = self.link.exchange(MessageType.EVALUATE, contents, f"evaluate-{split}-{rnd}")
         results = {}
         for cid, client in enumerate(self.exp.data.clients):
             if cid not in received:
@@ -140,10 +140,10 @@ class FlowerClients:
         for cid, reason in sorted(problems.items()):
             name = self.exp.data.clients[cid].name
             log.warning("round %d %s: client %d (%s, node %s) left out: %s", rnd, phase, cid, name,
-                        self.node_of.get(cid), reason)
+                        self.link.node_of.get(cid), reason)
             if self.on_fault is not None:
                 self.on_fault({"round": rnd, "phase": phase, "client": cid, "name": name,
-                               "node": self.node_of.get(cid), "reason": reason, "time": time.time()})
+                               "node": self.link.node_of.get(cid), "reason": reason, "time": time.time()})
 
     def _shortfall(self, rnd: int, phase: str, ok: int, total: int, need: int, problems: dict[int, str],
                    rule: str) -> str:
@@ -151,112 +151,3 @@ class FlowerClients:
                             for cid, reason in sorted(problems.items()))
         return (f"round {rnd} {phase}: only {ok} of {total} clients answered validly and {rule} needs {need}. "
                 f"{details}.")
-
-    # -------------------------------------------------------------- transport
-    def _map_nodes(self, wait_for_nodes: float) -> dict[int, int]:
-        """client id -> node id, asking every connected node for its partition-id."""
-        n = self.num_train_clients
-        deadline = time.monotonic() + wait_for_nodes
-        nodes = list(self.grid.get_node_ids())
-        while len(nodes) < n:
-            if time.monotonic() > deadline:
-                raise FedhetError(f"only {len(nodes)} of {n} SuperNodes connected within {wait_for_nodes:.0f} s")
-            time.sleep(0.5)
-            nodes = list(self.grid.get_node_ids())
-        node_of = self._query(nodes, self.timeout, strict=True)
-        missing = sorted(set(range(n)) - set(node_of))
-        if missing:
-            raise FedhetError(f"no SuperNode holds partition(s) {missing}")
-        log.info("flower nodes: %s", node_of)
-        return node_of
-
-    def _query(self, nodes: Iterable[int], timeout: float, strict: bool) -> dict[int, int]:
-        """Ask `nodes` for their client ids; strict: any failure or duplicate is an error."""
-        messages = {node: FlowerMessage(RecordDict(), dst_node_id=node, message_type=MessageType.QUERY,
-                                        group_id="nodes") for node in nodes}
-        replies, failures = self._send(messages, timeout)
-        if strict and failures:
-            raise FedhetError("SuperNodes failed to say which client they hold: " +
-                              "; ".join(f"node {node}: {reason}" for node, reason in failures.items()))
-        node_of: dict[int, int] = {}
-        for node, reply in replies.items():
-            try:
-                cid = int(from_content(reply)[1]["client"])
-            except Exception as err:  # noqa: BLE001 - a malformed answer is ignored outside the start
-                if strict:
-                    raise FedhetError(f"node {node} answered the query with {reply}") from err
-                continue
-            if cid in node_of:
-                if strict:
-                    raise FedhetError(f"two SuperNodes ({node_of[cid]}, {node}) hold partition {cid}")
-                log.warning("two SuperNodes (%s, %s) hold partition %d; keeping %s", node_of[cid], node, cid, node)
-            node_of[cid] = node
-        return node_of
-
-    def _refresh_nodes(self, cids: Iterable[int]) -> set[int]:
-        """The clients among `cids` whose SuperNode is offline; a client whose partition a new SuperNode
-        (e.g. a restarted one) now holds is moved to that node."""
-        online = set(self.grid.get_node_ids())
-        offline = {cid for cid in cids if self.node_of[cid] not in online}
-        unknown = online - set(self.node_of.values())
-        if offline and unknown:
-            for cid, node in self._query(unknown, min(self.timeout, 60.0), strict=False).items():
-                if cid in self.node_of and self.node_of[cid] not in online:
-                    log.warning("client %d is now on SuperNode %s (was %s)", cid, node, self.node_of[cid])
-                    self.node_of[cid] = node
-                    offline.discard(cid)
-        return offline
-
-    def _exchange(self, message_type: str, contents: dict[int, RecordDict], group: str
-                  ) -> tuple[dict[int, RecordDict], dict[int, str]]:
-        """One message per client; (reply contents, failure reasons), both keyed by client id."""
-        offline = self._refresh_nodes(contents)
-        failures = {cid: f"its SuperNode (node {self.node_of[cid]}) is offline" for cid in offline}
-        messages = {cid: FlowerMessage(content, dst_node_id=self.node_of[cid], message_type=message_type,
-                                       group_id=group) for cid, content in contents.items() if cid not in offline}
-        replies, errors = self._send(messages, self.timeout)
-        return replies, {**failures, **errors}
-
-    def _send(self, messages: dict[Any, FlowerMessage], timeout: float) -> tuple[dict[Any, RecordDict], dict[Any, str]]:
-        """Push the messages, poll for their replies until all arrived or `timeout` passed.
-
-        Returns the reply contents and the failure reasons (error replies, unpushable messages, missing replies),
-        both keyed like `messages`. Polls every `poll_interval` seconds (Flower's own `send_and_receive`
-        polls every 3 s); raises KeyboardInterrupt when `stop_event` is set, so the loop checkpoints."""
-        keys = list(messages)
-        ids = list(self.grid.push_messages([messages[k] for k in keys]))
-        if len(ids) != len(keys):  # a grid that leaves out what it could not push: match by the ids it set
-            pushed = {str(i) for i in ids if i}
-            ids = [m if (m := str(messages[k].metadata.message_id)) in pushed else "" for k in keys]
-        failures: dict[Any, str] = {}
-        pending: dict[str, Any] = {}
-        for key, msg_id in zip(keys, ids, strict=True):  # the grids keep the order of the messages
-            if msg_id:
-                pending[str(msg_id)] = key
-            else:
-                failures[key] = "the message could not be pushed to the SuperLink"
-        expected_node = {key: messages[key].metadata.dst_node_id for key in keys}
-        replies: dict[Any, RecordDict] = {}
-        deadline = time.monotonic() + timeout
-        while pending:
-            for reply in self.grid.pull_messages(list(pending)):
-                key = pending.pop(reply.metadata.reply_to_message_id, None)
-                if key is None:
-                    continue
-                if reply.has_error():
-                    failures[key] = f"error reply (code {reply.error.code}): {short_reason(reply.error.reason)}"
-                elif reply.metadata.src_node_id != expected_node[key]:
-                    failures[key] = f"reply from node {reply.metadata.src_node_id} instead of {expected_node[key]}"
-                else:
-                    replies[key] = reply.content
-            if not pending:
-                break
-            if self.stop_event is not None and self.stop_event.is_set():
-                raise KeyboardInterrupt
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            time.sleep(min(self.poll_interval, left))
-        for key in pending.values():
-            failures[key] = f"no reply within {timeout:g} s (server.reply_timeout)"
-        return replies, failures
