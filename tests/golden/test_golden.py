@@ -1,0 +1,112 @@
+"""Golden runs (issue 14 item 5): the code reproduces the numbers recorded in golden.json (docs/golden.md).
+
+Each case is re-run in tmp_path and compared with its recording: bit for bit when this machine's fingerprint
+(torch, numpy, CPU capability, architecture, Python) equals the recording's, else within the tolerance stated in
+golden_compare.py (per tier); a failure names the case, the mode, and the first differing metric field or tensor.
+The Flower simulation cases (12-19 s each here, mostly Ray start-up) are marked `slow`: run them with `-m slow`.
+Their numbers equal the in-process `fedbn` and `ditto_sampled` cases' (checked on the recording below), and
+tests/runtimes/test_flower.py asserts Flower == in-process in the default suite.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from golden.golden_cases import BASE, CASES, CASES_BY_NAME, GoldenCase
+from golden.golden_compare import TIERS, compare, mode_of
+from golden.golden_runs import machine, run_case
+
+from fedhet.algorithms import ALGORITHMS
+
+GOLDEN = Path(__file__).resolve().parent / "golden.json"
+RECORD_ALL = "python tests/golden/record.py"
+RECORD = f"{RECORD_ALL} --only"
+
+
+@pytest.fixture(scope="module")
+def golden() -> dict[str, Any]:
+    if not GOLDEN.is_file():
+        pytest.fail(f"{GOLDEN} is missing: record it with `{RECORD_ALL}` (docs/golden.md)")
+    data: dict[str, Any] = json.loads(GOLDEN.read_text())
+    return data
+
+
+def test_every_registered_method_has_a_case() -> None:
+    missing = sorted(set(ALGORITHMS.names()) - {c.method for c in CASES})
+    assert not missing, f"registered methods without a golden case in tests/golden/golden_cases.py: {missing}"
+
+
+def test_recording_matches_the_case_definitions(golden: dict[str, Any]) -> None:
+    """Each case is recorded, as it is defined now (a changed case needs a new recording)."""
+    assert golden["base"] == list(BASE), f"golden_cases.BASE changed since golden.json was recorded: run `{RECORD_ALL}`"
+    recorded = golden["cases"]
+    missing = [c.name for c in CASES if c.name not in recorded]
+    assert not missing, f"golden cases not recorded: {missing}; run `{RECORD} {' '.join(missing)}`"
+    stale = [c.name for c in CASES if (recorded[c.name]["overrides"], recorded[c.name]["runtime"])
+             != (list(c.overrides), c.runtime)]
+    assert not stale, f"golden cases changed since they were recorded: {stale}; run `{RECORD} {' '.join(stale)}`"
+    extra = sorted(set(recorded) - set(CASES_BY_NAME))
+    assert not extra, f"golden.json holds cases that golden_cases.py no longer defines: {extra}"
+
+
+def test_flower_recordings_equal_inprocess(golden: dict[str, Any]) -> None:
+    """The slow Flower cases are pinned by the fast in-process ones: same recorded metrics and global model."""
+    cases = golden["cases"]
+    for flower, inprocess in (("flower_fedbn", "fedbn"), ("flower_ditto_sampled", "ditto_sampled")):
+        for part in ("metrics", "global"):
+            assert cases[flower][part] == cases[inprocess][part], (flower, inprocess, part)
+
+
+def test_compare_reports_the_first_difference() -> None:
+    """The comparison itself: exact mode catches a 1-ulp change, tolerance mode passes noise and fails a change."""
+    tight = TIERS["well_conditioned"]
+    row = {"round": 1, "client": "a", "split": "test", "accuracy": 0.5, "balanced_accuracy": 0.5, "loss": 2.0,
+           "num_examples": 8}
+    tensor = {"dtype": "torch.float32", "shape": [2], "sha256": "ab", "sum": 1.0, "norm": 1.0}
+    rec: dict[str, Any] = {"metrics": [row], "global": {"w": tensor}}
+    assert compare("c", rec, copy.deepcopy(rec), None, "exact") is None
+    new = copy.deepcopy(rec)
+    new["metrics"][0]["loss"] = 2.0000000000000004
+    msg = compare("c", rec, new, None, "exact mode")
+    assert msg == "golden case 'c', exact mode: metrics row 0 (round 1, client a, split test) field 'loss': " \
+                  "recorded 2.0, now 2.0000000000000004"
+    assert compare("c", rec, new, tight, "tolerance") is None
+    new["metrics"][0]["loss"] = 2.001
+    assert "'loss'" in (compare("c", rec, new, tight, "tolerance") or "")
+    new = copy.deepcopy(rec)
+    new["metrics"][0]["num_examples"] = 9
+    assert "'num_examples'" in (compare("c", rec, new, TIERS["batchnorm"], "tolerance") or "")
+    new = copy.deepcopy(rec)
+    new["global"]["w"].update(sha256="cd", sum=1.0 + 1e-9, norm=1.0 + 1e-9)
+    assert "global tensor 'w': sha256" in (compare("c", rec, new, None, "exact") or "")
+    assert compare("c", rec, new, tight, "tolerance") is None
+    new["global"]["w"]["norm"] = 1.01
+    assert "global tensor 'w': norm" in (compare("c", rec, new, tight, "tolerance") or "")
+    new = copy.deepcopy(rec)
+    new["metrics"][0]["accuracy"] = 0.625
+    assert "'accuracy'" in (compare("c", rec, new, tight, "tolerance") or "")
+    assert mode_of({"torch": "1"}, {"torch": "1"}, None, "batchnorm")[0]
+    exact, why = mode_of({"torch": "1"}, {"torch": "2"}, None, "batchnorm")
+    assert not exact and "torch 1 -> 2" in why and "tier batchnorm" in why
+    assert not mode_of({"torch": "1"}, {"torch": "1"}, "a reason", "batchnorm")[0]
+
+
+def _param(case: GoldenCase) -> Any:
+    marks = [pytest.mark.slow] if case.slow else []
+    return pytest.param(case, id=case.name, marks=marks)
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+def test_case_reproduces_recording(case: GoldenCase, golden: dict[str, Any], tmp_path: Path) -> None:
+    recorded = golden["cases"].get(case.name)
+    if recorded is None:
+        pytest.fail(f"golden case {case.name!r} is not recorded; run `{RECORD} {case.name}`")
+    exact, mode = mode_of(golden["machine"], machine(), case.tolerance_reason, case.tier)
+    new = run_case(case, tmp_path / "run")
+    problem = compare(case.name, recorded, new, None if exact else TIERS[case.tier], mode)
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
