@@ -27,8 +27,10 @@ ROW_FIELDS = ("round", "client", "split", "accuracy", "balanced_accuracy", "loss
 
 def global_weights(checkpoint: Mapping[str, Any]) -> Mapping[str, torch.Tensor]:
     """The global model's tensors, by state-dict key, in a checkpoint (`checkpoints/latest.pt`) of any method
-    that has one. Adapt this function, and only it, when the checkpoint layout changes."""
-    weights: Mapping[str, torch.Tensor] = checkpoint["server"]["global"]
+    that has one. Adapt this function, and only it, when the checkpoint layout changes: contract v2 keeps a
+    `ServerState` with the shared model in `.model`; the recorded tree kept a dict with it under "global"."""
+    server = checkpoint["server"]
+    weights: Mapping[str, torch.Tensor] = server["global"] if isinstance(server, Mapping) else server.model
     return weights
 
 
