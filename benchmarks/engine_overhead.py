@@ -79,7 +79,7 @@ def main() -> None:
         if rnd > args.warmup:
             fed_times.append(t1 - t0)
             bare_times.append(t2 - t1)
-    same = all(torch.allclose(loop.server["global"][k].double(), bare_state[k].double(), atol=1e-5)
+    same = all(torch.allclose(loop.server.model[k].double(), bare_state[k].double(), atol=1e-5)
                for k in bare_state)
     result = {
         "model": args.model, "clients": len(datasets), "local_steps": args.local_steps, "batch_size": 32,
