@@ -107,10 +107,11 @@ def test_ctrl_c_during_start_up_is_one_line(battery, monkeypatch) -> None:
 
 
 def test_real_sigint_during_start_up_is_one_line(battery) -> None:
-    """A real SIGINT (not a raised KeyboardInterrupt) while the data are loaded, in a separate process. It is
-    raised in the main thread (`signal.raise_signal`): `os.kill` may hand it to a torch worker thread, which on
-    a loaded machine runs the C handler only after the main thread has moved on."""
+    """A real SIGINT (not a raised KeyboardInterrupt) while the data are loaded, in a separate process, as a
+    user's Ctrl-C in a terminal. The prelude restores Python's own SIGINT handler: a test run started in the
+    background (`cmd &` in a script) hands its children SIGINT ignored, and Python then keeps it ignored."""
     prelude = ("import signal, fedhet.engine.experiment as m\n"
+               "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
                "def hook(*a, **k):\n    signal.raise_signal(signal.SIGINT)\n"
                "m.build_federated_data = hook\n")
     run = battery.finished_run()
