@@ -268,3 +268,18 @@ def test_uniform_aggregation_averages_the_generator() -> None:
     new = alg.aggregate(server, replies, ctx().info).model
     key = GEN + "net.0.weight"
     assert torch.allclose(new[key], (replies[0].message.arrays[key] + replies[1].message.arrays[key]) / 2)
+
+
+def test_a_fit_does_not_depend_on_what_this_process_fitted_before() -> None:
+    """Client 1's round-1 fit is the same in a fresh process (Flower: one process per client) and after client
+    0's fit in the same process (in-process): building the reused generator / RTNet objects must not draw from
+    the fit's random stream."""
+    fresh = make()
+    server = fresh.init_server()
+    _, alone, _ = fit(fresh, cid=1, server=server)
+    warm = make()
+    fit(warm, cid=0, server=server)
+    _, after, _ = fit(warm, cid=1, server=server)
+    assert alone.scalars == after.scalars
+    for key, value in alone.arrays.items():
+        assert torch.equal(value, after.arrays[key]), key

@@ -149,10 +149,16 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork]):
         return RTNet(self.parts.template.feature_dim, self.params.z_dim).to(self.device)
 
     def _net(self, slot: str, weights: StateDict | None) -> nn.Module:
-        """The reused network of `slot` ("gen" | "rt"), loaded with `weights` (None: freshly random-initialised
-        from the global RNG; a slot is also built, drawing from it, the first time it is used)."""
-        if weights is None or slot not in self._nets:
-            self._nets[slot] = self.new_generator() if slot == "gen" else self.new_rtnet()
+        """The reused network of `slot` ("gen" | "rt"), loaded with `weights`, or (None) freshly initialised from
+        the fit's RNG. A slot built only to be loaded does not draw from the fit's RNG (its init is overwritten),
+        so a fit's random stream does not depend on whether this process has built the slot before (Flower runs
+        each client in its own process)."""
+        build = self.new_generator if slot == "gen" else self.new_rtnet
+        if weights is None:
+            self._nets[slot] = build()
+        elif slot not in self._nets:
+            with torch.random.fork_rng(devices=[]):
+                self._nets[slot] = build()
         if weights is not None:
             self._nets[slot].load_state_dict(weights)
         return self._nets[slot].train()
