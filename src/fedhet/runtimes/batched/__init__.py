@@ -12,6 +12,6 @@ One concept per module:
 See docs/runtimes_batched.md.
 """
 
-from fedhet.runtimes.batched.runtime import BatchedClients, batched_step_of
+from fedhet.runtimes.batched.runtime import BatchedClients
 
-__all__ = ["BatchedClients", "batched_step_of"]
+__all__ = ["BatchedClients"]
