@@ -149,7 +149,9 @@ def check_passes(method: str, lanes: list[LaneWork], layout: Layout) -> None:
         for lane in lanes[1:]:
             if shape_of(lane, k, layout) != keys0:
                 raise refusal(method, f"pass '{p0.name}' differs between clients (rule 6)")
-            for (f0, _), (fi, _) in zip(p0.step.stages, lane.passes[k].step.stages, strict=True):  # type: ignore[union-attr]
+            step = lane.passes[k].step
+            assert isinstance(step, LossStep)  # shape_of compared the stages
+            for (f0, _), (fi, _) in zip(p0.step.stages, step.stages, strict=True):
                 if not same_function(f0, fi, lanes[0].work, lane.work):
                     raise refusal(method, f"pass '{p0.name}': a client's loss_of is not the same function as the "
                                   "others' over its own Work (rule 4)")

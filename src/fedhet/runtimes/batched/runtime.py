@@ -18,8 +18,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
+from torch.utils.data import Dataset
 
-from fedhet.core.contract import ClientState, FitStats
+from fedhet.core.contract import ClientState, FitStats, LocalPass
 from fedhet.core.messages import Message, Reply
 from fedhet.engine.experiment import Experiment
 from fedhet.runtimes.batched.data import BatchStream, ClientRng
@@ -103,7 +104,7 @@ class BatchedClients(InProcessClients):
         check_passes(self.alg.name, lanes, layout)
         return layout
 
-    def _runner(self, lane0: LaneWork, local_pass: Any, layout: Layout, saved: list[dict[str, Any]],
+    def _runner(self, lane0: LaneWork, local_pass: LocalPass, layout: Layout, saved: list[dict[str, Any]],
                 state: dict[str, torch.Tensor]) -> PassRunner:
         """The pass's runner, with its modules in train mode as `engine.local.run_pass` puts them."""
         for module in local_pass.modules:
@@ -125,8 +126,7 @@ class BatchedClients(InProcessClients):
         optim = [dict(self.states[cid].optim) for cid in cids]
         for k, local_pass in enumerate(lanes[0].passes):
             runner = self._runner(lanes[0], local_pass, layout, [self.states[cid].optim for cid in cids], state)
-            streams = [BatchStream(rng, lane.passes[k].data if lane.passes[k].data is not None
-                                   else self.train_data[cid].train, lane.passes[k].train)
+            streams = [BatchStream(rng, _data_of(lane.passes[k], self.train_data[cid].train), lane.passes[k].train)
                        for cid, rng, lane in zip(cids, rngs, lanes, strict=True)]
             labels = [f"{self.alg.name}{'' if local_pass.name == 'local' else ' ' + local_pass.name} client {cid} "
                       f"round {rnd}" for cid in cids]
@@ -158,3 +158,8 @@ def _stack(values: list[Any]) -> Any:
     if isinstance(values[0], torch.Tensor):
         return torch.stack(values)
     return tuple(torch.stack([v[j] for v in values]) for j in range(len(values[0])))
+
+
+def _data_of(local_pass: LocalPass, default: Dataset[Any]) -> Dataset[Any]:
+    """The pass's data: its own, else the client's training split (as `engine.local.run_pass`)."""
+    return local_pass.data if local_pass.data is not None else default
