@@ -69,12 +69,19 @@ def test_matches_inprocess_without_batchnorm(tmp_path: Path, overrides: list[str
     assert_same(tmp_path, *overrides)
 
 
+def test_clients_whose_work_differs_in_shape_train_in_separate_groups(tmp_path: Path) -> None:
+    """MOON with half the clients sampled: in round 2 some clients have a previous model (two more module fields in
+    their Work) and some do not; they are trained as two groups, each as in-process."""
+    assert_same(tmp_path, "method=moon", "server.fraction_fit=0.5", "rounds=3")
+
+
 def test_fedbn_matches_inprocess_with_batchnorm_per_client(tmp_path: Path) -> None:
     assert_same(tmp_path, "method=fedbn", *BN, loss_tol=1e-4, acc_tol=1 / 20)
 
 
-def test_ragged_clients_are_masked_not_dropped(tmp_path: Path) -> None:
-    """Dirichlet clients of different sizes, one epoch each: different step counts and partial last batches."""
+def test_ragged_clients_are_grouped_not_dropped(tmp_path: Path) -> None:
+    """Dirichlet clients of different sizes, one epoch each: different step counts and partial last batches
+    (lanes grouped by batch size at every step)."""
     exp = build_experiment(load_config(None, [*BASE, *RAGGED]))
     sizes = [c.num_train for c in exp.data.clients]
     assert len({-(-n // 16) for n in sizes}) > 1 and any(n % 16 for n in sizes)  # the case is really ragged
@@ -82,7 +89,7 @@ def test_ragged_clients_are_masked_not_dropped(tmp_path: Path) -> None:
     assert_same(tmp_path / "ditto", "method=ditto", "method_args={lam: 0.1, personal_epochs: 2}", *RAGGED)
 
 
-def test_ragged_clients_with_batchnorm_padding(tmp_path: Path) -> None:
+def test_ragged_clients_with_batchnorm(tmp_path: Path) -> None:
     assert_same(tmp_path, "method=fedbn", *BN, *RAGGED, loss_tol=1e-4, acc_tol=1 / 20)
 
 

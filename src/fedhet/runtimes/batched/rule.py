@@ -98,6 +98,19 @@ def snapshot(work: Work, passes: list[LocalPass]) -> LaneWork:
     return lane
 
 
+def shape_key(work: Work) -> tuple[tuple[str, str], ...]:
+    """The kind of each Work field (module type, tensor shapes, None, other): clients with equal keys are
+    trained together, so that a field set for some clients only (MOON's previous model) splits the chunk."""
+    def kind(value: Any) -> str:
+        if isinstance(value, nn.Module):
+            return f"module {type(value).__name__}"
+        if is_tensors(value):
+            return f"tensors {[tuple(t.shape) for t in (value if isinstance(value, tuple | list) else (value,))]}"
+        return "none" if value is None else "other"
+
+    return tuple((f.name, kind(getattr(work, f.name))) for f in dataclasses.fields(work))
+
+
 def layout_of(method: str, lanes: list[LaneWork]) -> Layout:
     """Rules 3, 5 and 6 on the Work fields; the state keys of lane 0's parameters and buffers."""
     work0 = lanes[0].work

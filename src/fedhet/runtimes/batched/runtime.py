@@ -26,7 +26,16 @@ from fedhet.engine.experiment import Experiment
 from fedhet.runtimes.batched.data import BatchStream, ClientRng
 from fedhet.runtimes.batched.lanes import PassRunner
 from fedhet.runtimes.batched.memory import MB, clients_per_chunk, default_budget_bytes, lane_bytes
-from fedhet.runtimes.batched.rule import GuardedRead, LaneWork, Layout, check_passes, layout_of, refusal, snapshot
+from fedhet.runtimes.batched.rule import (
+    GuardedRead,
+    LaneWork,
+    Layout,
+    check_passes,
+    layout_of,
+    refusal,
+    shape_key,
+    snapshot,
+)
 from fedhet.runtimes.batched.step import Cache, RoutedWork, functional_copies
 from fedhet.runtimes.inprocess import InProcessClients
 
@@ -114,11 +123,24 @@ class BatchedClients(InProcessClients):
 
     def _fit_chunk(self, rnd: int, cids: list[int], messages: dict[int, Message]
                    ) -> list[tuple[int, Reply, ClientState]]:
-        """Train one chunk (module docstring); returns each client's reply and new state."""
-        seed, dev = self.exp.config.seed, self.exp.device
-        rngs = [ClientRng(seed, rnd, cid, "fit") for cid in cids]
+        """Train one chunk (module docstring), its clients grouped by the shape of their Work (MOON's first round
+        has no previous model); returns each client's reply and new state, in the chunk's order."""
+        rngs = [ClientRng(self.exp.config.seed, rnd, cid, "fit") for cid in cids]
         lanes = [self._lane(cid, rnd, messages[cid], self.states[cid], rng)
                  for cid, rng in zip(cids, rngs, strict=True)]
+        groups: dict[tuple[tuple[str, str], ...], list[int]] = {}
+        for i, lane in enumerate(lanes):
+            groups.setdefault(shape_key(lane.work), []).append(i)
+        done: dict[int, tuple[int, Reply, ClientState]] = {}
+        for idx in groups.values():
+            results = self._train(rnd, [cids[i] for i in idx], [rngs[i] for i in idx], [lanes[i] for i in idx])
+            done.update({result[0]: result for result in results})
+        return [done[cid] for cid in cids]
+
+    def _train(self, rnd: int, cids: list[int], rngs: list[ClientRng], lanes: list[LaneWork]
+               ) -> list[tuple[int, Reply, ClientState]]:
+        """Train lanes of one Work shape: the rule, every pass vectorized, then each client's `finish`."""
+        dev = self.exp.device
         layout = self._check(lanes)
         state = {k: _stack([lane.states[k] for lane in lanes]).to(dev) for k in lanes[0].states}
         tensors = {k: _stack([lane.tensors[k] for lane in lanes]) for k in layout.tensors}
