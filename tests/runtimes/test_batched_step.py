@@ -82,6 +82,22 @@ def test_inside_the_loss_the_modules_parameters_and_fields_are_the_lanes() -> No
     assert work.model is model and work.anchor is lanes[0].work.anchor and not isinstance(work.note, type(None))
 
 
+def test_a_loss_reaching_the_original_module_another_way_is_refused() -> None:
+    """Rule 3: a loss that calls the Work's module through a shared holder would train the wrong tensors."""
+    torch.manual_seed(0)
+    model = tiny_model()
+    holder = {"model": model}
+    lanes = [snapshot(*lane(model, 0.0, lambda w, x, y: nn.functional.cross_entropy(holder["model"](x), y)))]
+    layout = layout_of("test", lanes)
+    check_passes("test", lanes, layout)
+    routed = RoutedWork(lanes[0].work, layout, functional_copies(lanes[0].work, layout, {}))
+    loss_of = lanes[0].passes[0].step.stages[0][0]  # type: ignore[union-attr]
+    with pytest.raises(GuardedRead, match=r"calls the module of work.model.*\(rule 3\)"):
+        with routed.bound(lanes[0].states, {"anchor": lanes[0].tensors["anchor"]}):
+            loss_of(torch.randn(8, 4), torch.randint(0, 2, (8,)))
+    model(torch.randn(2, 4))  # the guard is gone after the call
+
+
 def test_stage_step_is_each_lanes_own_step_with_batchnorm() -> None:
     """Two lanes with different anchors and very different data: each lane's parameters AND BatchNorm running
     statistics equal torch's step on that client (the proximal term sees the lane's parameters and anchor)."""
@@ -127,7 +143,8 @@ def test_a_batchnorm_layer_called_twice_updates_its_statistics_twice() -> None:
 
 
 def test_rule_refusals() -> None:
-    """Rule 1: an own step function; 2: a gradient edit; 3: hooks; 4: a loss closing over a lane's own value."""
+    """Rule 1: an own step function; 2: a gradient edit; 3: hooks; 4: a loss closing over a lane's own value, or
+    over the module itself (it would not be re-routed)."""
     torch.manual_seed(0)
     model = tiny_model()
 
@@ -145,6 +162,8 @@ def test_rule_refusals() -> None:
     refused(lambda w, s: [LocalPass("local", LossStep(((lambda x, y: prox_loss(w, x, y), "model"),)), edit, TRAIN)],
             r"\(rule 2\)")
     refused(lambda w, s: [loss_pass(model, lambda x, y: prox_loss(w, x, y, mu=s), TRAIN)], r"\(rule 4\)")
+    refused(lambda w, s: [loss_pass(model, lambda x, y: nn.functional.cross_entropy(model(x), y), TRAIN)],
+            r"holds a module.*\(rule 4\)")
     handle = model.head.register_forward_hook(lambda *_: None)
     try:
         refused(lambda w, s: [loss_pass(model, lambda x, y: prox_loss(w, x, y), TRAIN)], r"hooks.*\(rule 3\)")

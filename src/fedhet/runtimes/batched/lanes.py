@@ -91,7 +91,7 @@ class PassRunner:
                 groups.setdefault(len(y), []).append(i)
                 examples[i] += len(y)
             for idx in groups.values():
-                loss, finite = self._group(idx, drawn, tensors, dev)
+                loss, finite = self.group_step(idx, drawn, tensors, dev)
                 loss_sum[idx] += loss.to(torch.float64)
                 bad[idx] |= ~finite
         if bool(bad.any()):
@@ -101,7 +101,7 @@ class PassRunner:
                  for i in range(self.lanes)]
         return PassResult(stats, [self._persisted(i) for i in range(self.lanes)])
 
-    def _group(self, idx: list[int], drawn: dict[int, Batch], tensors: dict[str, Any], dev: torch.device
+    def group_step(self, idx: list[int], drawn: dict[int, Batch], tensors: dict[str, Any], dev: torch.device
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of the lanes `idx` (equal batch sizes): every stage in turn; returns the reported (first
         stage's) loss and whether every stage's loss was finite, per lane."""

@@ -7,16 +7,17 @@ into lane 0's Work (step.py). That is the same computation as each client's own 
 1. every pass's step is a `LossStep` (`minimize`, `loss_pass`): the runtime evaluates its `loss_of`; any other
    step function is imperative code it cannot see into;
 2. every optimizer a stage steps is sgd / adam / adamw without `after_backward` (a gradient edit is imperative);
-3. the modules the loss reads are fields of the Work (`nn.Module` values), no two sharing a parameter, without
-   hooks (and, norm.py, without dropout or buffers other than BatchNorm's); the optimizers' parameters and the
-   frozen ones belong to them;
-4. each lane's `loss_of` is lane 0's function (same code) closing over the same objects, except its own Work;
+3. the modules the loss reads are fields of the Work (`nn.Module` values), called through those fields, no two
+   sharing a parameter, without hooks (and, norm.py, without dropout or buffers other than BatchNorm's); the
+   optimizers' parameters and the frozen ones belong to them;
+4. each lane's `loss_of` is lane 0's function (same code) closing over the same objects, except its own Work,
+   and none of them a module or tensor (those must be reached through the Work);
 5. the loss reads from the Work only its module and tensor fields, and scalar fields equal on every client:
    the others (`msg`, `ctx`, per-client objects) are replaced by a guard that refuses any read (`GuardedRead`);
 6. every lane's Work and passes have lane 0's shape (field kinds, tensor shapes, pass names, stages, optimizer
    hyperparameters, trained and frozen parameters);
 7. the loss runs under `torch.func.vmap` and `grad` (no random numbers, no data-dependent Python branches,
-   no `.item()`): step.py turns such a failure into a refusal.
+   no `.item()`): runtime.py turns such a failure into a refusal.
 
 Anything else is refused with one ConfigError naming `run.runtime=inprocess` and the rule that failed.
 """
@@ -152,7 +153,11 @@ def check_passes(method: str, lanes: list[LaneWork], layout: Layout) -> None:
         if not isinstance(p0.step, LossStep):
             raise refusal(method, f"pass '{p0.name}' has its own step function, not a LossStep (minimize / "
                           "loss_pass) whose loss the runtime can vectorize (rule 1)")
-        for _, opt in p0.step.stages:
+        for loss_of, opt in p0.step.stages:
+            cells = getattr(loss_of, "__closure__", None) or ()
+            if any(isinstance(c.cell_contents, nn.Module | torch.Tensor) for c in cells):
+                raise refusal(method, f"pass '{p0.name}': its loss_of holds a module or tensor itself, not through "
+                              "the Work (rule 4)")
             spec = p0.optimizers.get(opt)
             if spec is None or spec.kind not in KINDS or spec.after_backward is not None:
                 raise refusal(method, f"pass '{p0.name}' steps optimizer '{opt}', which is not a plain "

@@ -64,7 +64,7 @@ class BatchedClients(InProcessClients):
             for local_pass in lane.passes:
                 runner = self._runner(lane, local_pass, layout, [{}], state)
                 tensors = {k: _stack([v]) for k, v in lane.tensors.items()}
-                self._guarded(runner._group, [0], {0: (x[0], y[0])}, tensors, self.exp.device)
+                self._guarded(runner.group_step, [0], {0: (x[0], y[0])}, tensors, self.exp.device)
         finally:
             ClientRng._restore(outer)
         return len(layout.modules)

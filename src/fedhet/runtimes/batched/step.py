@@ -31,7 +31,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 from fedhet.core.contract import LossFn, Work
 from fedhet.runtimes.batched.norm import BatchNormContext, MaskedBatchNorm, batch_norm_context, convert
 from fedhet.runtimes.batched.optim import FunctionalOptimizer, OptState, Tensors, clip_grad_norm
-from fedhet.runtimes.batched.rule import Guard, Layout
+from fedhet.runtimes.batched.rule import Guard, GuardedRead, Layout
 
 StepFn = Callable[..., tuple[Tensors, Tensors, OptState, torch.Tensor]]
 
@@ -75,6 +75,8 @@ class RoutedWork:
         updates: Tensors = {}
         try:
             with ExitStack() as stack:
+                for f in layout.modules:  # the originals must not run: only the Work's fields are re-routed
+                    stack.callback(saved[f].register_forward_pre_hook(_outside(f)).remove)
                 for f in layout.modules:
                     fm = self.functional[f]
                     stack.enter_context(_reparametrize_module(fm.module, per_field[f]))
@@ -90,6 +92,13 @@ class RoutedWork:
         finally:
             for f, value in saved.items():
                 setattr(work, f, value)
+
+
+def _outside(name: str) -> Callable[..., None]:
+    def refuse(*_: Any) -> None:
+        raise GuardedRead(f"its loss calls the module of work.{name} by another way than the Work field (rule 3)")
+
+    return refuse
 
 
 def stage_step(routed: RoutedWork, loss_of: LossFn, opt_keys: list[str], optimizer: FunctionalOptimizer,
