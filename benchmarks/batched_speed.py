@@ -32,7 +32,7 @@ from fedhet.atomic import atomic_write_text
 from fedhet.config import load_config
 from fedhet.core.messages import Message, Reply
 from fedhet.data import ClientData
-from fedhet.engine.experiment import Experiment, build_experiment
+from fedhet.engine.experiment import Experiment, arrange, build_experiment
 from fedhet.runtimes.batched import BatchedClients
 from fedhet.runtimes.inprocess import InProcessClients
 
@@ -59,7 +59,8 @@ def experiment(model: str, n: int, args: argparse.Namespace) -> Experiment:
                              "train.lr=0.01", "train.momentum=0.5", f"run.device={args.device}", "run.quiet=true",
                              "run.runtime=batched", *args.set])
     exp = build_experiment(cfg)
-    return dataclasses.replace(exp, data=dataclasses.replace(exp.data, clients=tensor_clients(exp, n)))
+    data = dataclasses.replace(exp.data, clients=tensor_clients(exp, n))
+    return dataclasses.replace(exp, data=data, arrangement=arrange(exp.algorithm, data))
 
 
 def sync(device: torch.device) -> None:

@@ -16,11 +16,13 @@ Tolerances (CPU, one torch thread, same config and seed; data order and augmenta
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
+from fedhet.algorithms import ALGORITHMS
 from fedhet.config import load_config
 from fedhet.engine.experiment import build_experiment
 from fedhet.errors import CheckpointError, ConfigError
@@ -67,12 +69,19 @@ def test_matches_inprocess_without_batchnorm(tmp_path: Path, overrides: list[str
     assert_same(tmp_path, *overrides)
 
 
+def test_clients_whose_work_differs_in_shape_train_in_separate_groups(tmp_path: Path) -> None:
+    """MOON with half the clients sampled: in round 2 some clients have a previous model (two more module fields in
+    their Work) and some do not; they are trained as two groups, each as in-process."""
+    assert_same(tmp_path, "method=moon", "server.fraction_fit=0.5", "rounds=3")
+
+
 def test_fedbn_matches_inprocess_with_batchnorm_per_client(tmp_path: Path) -> None:
     assert_same(tmp_path, "method=fedbn", *BN, loss_tol=1e-4, acc_tol=1 / 20)
 
 
-def test_ragged_clients_are_masked_not_dropped(tmp_path: Path) -> None:
-    """Dirichlet clients of different sizes, one epoch each: different step counts and partial last batches."""
+def test_ragged_clients_are_grouped_not_dropped(tmp_path: Path) -> None:
+    """Dirichlet clients of different sizes, one epoch each: different step counts and partial last batches
+    (lanes grouped by batch size at every step)."""
     exp = build_experiment(load_config(None, [*BASE, *RAGGED]))
     sizes = [c.num_train for c in exp.data.clients]
     assert len({-(-n // 16) for n in sizes}) > 1 and any(n % 16 for n in sizes)  # the case is really ragged
@@ -80,7 +89,7 @@ def test_ragged_clients_are_masked_not_dropped(tmp_path: Path) -> None:
     assert_same(tmp_path / "ditto", "method=ditto", "method_args={lam: 0.1, personal_epochs: 2}", *RAGGED)
 
 
-def test_ragged_clients_with_batchnorm_padding(tmp_path: Path) -> None:
+def test_ragged_clients_with_batchnorm(tmp_path: Path) -> None:
     assert_same(tmp_path, "method=fedbn", *BN, *RAGGED, loss_tol=1e-4, acc_tol=1 / 20)
 
 
@@ -125,12 +134,38 @@ def test_chunk_size_follows_the_budget() -> None:
     assert BatchedClients(exp).chunk_size == 2
 
 
-@pytest.mark.parametrize("method", ["scaffold", "moon", "fraug", "ditto_mmd", "all"])
-def test_unbatchable_methods_raise_naming_the_inprocess_runtime(method: str) -> None:
+@pytest.mark.parametrize(("method", "rule"), [("scaffold", 2), ("fraug", 1), ("ditto_mmd", 5), ("fedproto", 7),
+                                             ("embnoise", 7)])
+def test_methods_breaking_the_rule_raise_naming_it_and_the_inprocess_runtime(method: str, rule: int) -> None:
+    """Refused by a rule, before training: SCAFFOLD edits gradients (after_backward), FRAug steps with its own
+    function, Ditto+MMD's loss reads its per-client kernel session, FedProto branches on a tensor, and
+    embedding noise draws random numbers inside the loss."""
     exp = build_experiment(load_config(None, [*BASE, f"method={method}", "run.runtime=batched"]))
-    with pytest.raises(ConfigError, match=rf"method '{method}' cannot run on run.runtime=batched.*"
-                                          r"run.runtime=inprocess"):
+    with pytest.raises(ConfigError, match=rf"method '{method}' cannot run on run.runtime=batched: .*\(rule {rule}\)"
+                                          r".*run.runtime=inprocess"):
         make_executor(exp)
+
+
+@pytest.mark.parametrize("method", ALGORITHMS.names())
+def test_every_method_the_rule_accepts_matches_inprocess(tmp_path: Path, method: str) -> None:
+    """The rule is sound: whatever registered method it lets through trains as in-process (2 rounds, no BatchNorm,
+    tight tolerance; a method that needs BatchNorm gets the BN model); the others are refused with the one error.
+    No method is named: a new method is covered by being registered."""
+    try:
+        overrides = [f"method={method}"]
+        exp = build_experiment(load_config(None, [*BASE, *overrides, "run.runtime=batched"]))
+    except ConfigError:  # FedBN needs BatchNorm
+        overrides = [f"method={method}", *BN]
+        exp = build_experiment(load_config(None, [*BASE, *overrides, "run.runtime=batched"]))
+    try:
+        make_executor(exp)
+    except ConfigError as e:
+        assert re.search(r"cannot run on run.runtime=batched: .*\(rule \d\).*run.runtime=inprocess", str(e)), e
+        return
+    if len(overrides) == 1:
+        assert_same(tmp_path, *overrides)
+    else:
+        assert_same(tmp_path, *overrides, loss_tol=1e-4, acc_tol=1 / 20)
 
 
 def test_runtime_is_selected_by_config(tmp_path: Path) -> None:

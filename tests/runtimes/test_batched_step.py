@@ -1,126 +1,179 @@
-"""The vmapped client step: masking, BatchNorm statistics per client, padded batches, rejected layers."""
+"""The vectorized step: the algorithm's own loss re-routed to each lane's tensors, BatchNorm statistics per lane,
+and the rule's refusals (runtimes/batched/step.py, rule.py)."""
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import torch
 from fedhet_testing import tiny_model
 from torch import nn
 
+from fedhet.algorithms.fedprox import proximal_term, trainable
+from fedhet.config import TrainConfig
+from fedhet.core.contract import LocalPass, LossStep, OptimSpec, Work, loss_pass
+from fedhet.core.messages import Message
 from fedhet.errors import ConfigError
 from fedhet.models import build_model
-from fedhet.runtimes.batched.optim import SGD, Adam
-from fedhet.runtimes.batched.step import FunctionalModel, vmapped_step
+from fedhet.runtimes.batched.optim import SGD
+from fedhet.runtimes.batched.rule import GuardedRead, check_passes, layout_of, snapshot
+from fedhet.runtimes.batched.step import Functional, RoutedWork, functional_copies, stage_step
+
+TRAIN = TrainConfig(local_steps=1, batch_size=8, lr=0.1, momentum=0.0)
 
 
-def _stacked(model: nn.Module, fm: FunctionalModel, lanes: int) -> tuple[dict, dict]:
-    sd = model.state_dict()
-    return ({k: torch.stack([sd[k]] * lanes) for k in fm.param_names},
-            {k: torch.stack([sd[k]] * lanes) for k in fm.buffer_names})
+@dataclass(kw_only=True)
+class AnchorWork(Work):
+    """A FedProx-like Work: the model and a tensor field, plus a per-client object the loss must not read."""
+
+    anchor: tuple[torch.Tensor, ...] = ()
+    note: Any = field(default_factory=object)
 
 
-def _torch_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float = 0.1) -> dict[str, torch.Tensor]:
-    """One in-process step (torch BatchNorm, torch.optim.SGD with momentum) on a copy of `model`."""
+def prox_loss(work: AnchorWork, x: torch.Tensor, y: torch.Tensor, mu: float = 2.0) -> torch.Tensor:
+    """FedProx's objective, reading the module's parameters through `parameters()`."""
+    ce = nn.functional.cross_entropy(work.model(x), y)
+    return ce + 0.5 * mu * proximal_term(trainable(work.model), work.anchor)
+
+
+def lane(model: nn.Module, shift: float, loss: Any = prox_loss) -> tuple[AnchorWork, list[LocalPass]]:
+    """One client's Work (its own anchor) and FedAvg's pass on `loss`."""
+    work = AnchorWork(msg=Message(), ctx=None, model=model,  # type: ignore[arg-type]
+                      anchor=tuple(p.detach() + shift for p in trainable(model)))
+    return work, [loss_pass(model, lambda x, y: loss(work, x, y), TRAIN)]
+
+
+def routed_lanes(model: nn.Module, shifts: tuple[float, ...]) -> tuple[RoutedWork, Any, dict, dict]:
+    """Each client's snapshot, the layout, lane 0's routed Work, and the stacked states / tensor fields."""
+    lanes = [snapshot(*lane(model, s)) for s in shifts]
+    layout = layout_of("test", lanes)
+    check_passes("test", lanes, layout)
+    routed = RoutedWork(lanes[0].work, layout, functional_copies(lanes[0].work, layout, {}))
+    states = {k: torch.stack([ln.states[k] for ln in lanes]) for k in lanes[0].states}
+    tensors = {"anchor": tuple(torch.stack(ts) for ts in zip(*(ln.tensors["anchor"] for ln in lanes), strict=True))}
+    return routed, lanes, states, tensors
+
+
+def torch_step(model: nn.Module, loss: Any, x: torch.Tensor, y: torch.Tensor, lr: float = 0.1) -> dict:
+    """The in-process step: torch.optim.SGD on `loss(model, x, y)` (a copy of `model`)."""
     ref = copy.deepcopy(model).train()
-    opt = torch.optim.SGD(ref.parameters(), lr=lr, momentum=0.5)
+    opt = torch.optim.SGD(ref.parameters(), lr=lr)
     opt.zero_grad()
-    nn.functional.cross_entropy(ref(x), y).backward()
+    loss(ref, x, y).backward()
     opt.step()
     return ref.state_dict()
 
 
-@pytest.fixture
-def cnn() -> nn.Module:
+def test_inside_the_loss_the_modules_parameters_and_fields_are_the_lanes() -> None:
     torch.manual_seed(0)
-    return build_model("small_cnn", 10, (3, 12, 12), width=4, embed_dim=8)
+    model = tiny_model()
+    routed, lanes, states, tensors = routed_lanes(model, (0.0, 1.0))
+    one = {k: v[1] for k, v in states.items()}
+    work = lanes[0].work
+    with routed.bound(one, {"anchor": tuple(t[1] for t in tensors["anchor"])}):
+        seen = dict(work.model.named_parameters())
+        assert all(seen[k.split(":", 1)[1]] is v for k, v in one.items() if k.split(":", 1)[1] in seen)
+        assert torch.equal(work.anchor[0], lanes[1].tensors["anchor"][0])
+        with pytest.raises(GuardedRead, match="work.note"):
+            _ = work.note.anything
+    assert work.model is model and work.anchor is lanes[0].work.anchor and not isinstance(work.note, type(None))
 
 
-def test_inactive_lane_keeps_params_buffers_and_optimizer_state(cnn: nn.Module) -> None:
-    fm = FunctionalModel.of(cnn)
-    opt = Adam(lr=0.01)
-    params, buffers = _stacked(cnn, fm, 3)
-    state = opt.init(params, (3,))
-    x, y = torch.randn(3, 6, 3, 12, 12), torch.randint(0, 10, (3, 6))
-    step = vmapped_step(fm, opt, grad_clip=1.0, use_prox=False)
-    active = torch.tensor([True, False, True])
-    new_p, new_b, new_s, _ = step(params, buffers, state, {}, torch.zeros(3), x, y, None, active)
-    for k in params:
-        assert torch.equal(new_p[k][1], params[k][1]), k
-        assert not torch.equal(new_p[k][0], params[k][0]), k
-    for k in buffers:
-        assert torch.equal(new_b[k][1], buffers[k][1]), k
-    assert new_s["step"][""].tolist() == [1.0, 0.0, 1.0]
-    assert all(torch.equal(new_s["exp_avg"][k][1], state["exp_avg"][k][1]) for k in params)
+def test_a_loss_reaching_the_original_module_another_way_is_refused() -> None:
+    """Rule 3: a loss that calls the Work's module through a shared holder would train the wrong tensors."""
+    torch.manual_seed(0)
+    model = tiny_model()
+    holder = {"model": model}
+    lanes = [snapshot(*lane(model, 0.0, lambda w, x, y: nn.functional.cross_entropy(holder["model"](x), y)))]
+    layout = layout_of("test", lanes)
+    check_passes("test", lanes, layout)
+    routed = RoutedWork(lanes[0].work, layout, functional_copies(lanes[0].work, layout, {}))
+    loss_of = lanes[0].passes[0].step.stages[0][0]  # type: ignore[union-attr]
+    with pytest.raises(GuardedRead, match=r"calls the module of work.model.*\(rule 3\)"):
+        with routed.bound(lanes[0].states, {"anchor": lanes[0].tensors["anchor"]}):
+            loss_of(torch.randn(8, 4), torch.randint(0, 2, (8,)))
+    model(torch.randn(2, 4))  # the guard is gone after the call
 
 
-def test_batchnorm_statistics_are_kept_per_client(cnn: nn.Module) -> None:
-    """Two clients with very different data: each lane's params AND running stats equal torch on that client."""
-    fm = FunctionalModel.of(cnn)
-    params, buffers = _stacked(cnn, fm, 2)
-    opt = SGD(lr=0.1, momentum=0.5)
-    x = torch.stack([torch.randn(8, 3, 12, 12), 5 + 3 * torch.randn(8, 3, 12, 12)])
-    y = torch.randint(0, 10, (2, 8))
-    step = vmapped_step(fm, opt, None, False)
-    new_p, new_b, _, _ = step(params, buffers, opt.init(params, (2,)), {}, torch.zeros(2), x, y, None,
-                              torch.ones(2, dtype=torch.bool))
+def test_stage_step_is_each_lanes_own_step_with_batchnorm() -> None:
+    """Two lanes with different anchors and very different data: each lane's parameters AND BatchNorm running
+    statistics equal torch's step on that client (the proximal term sees the lane's parameters and anchor)."""
+    torch.manual_seed(0)
+    model = tiny_model(in_dim=4, feat_dim=3, bn=True).train()
+    routed, lanes, states, tensors = routed_lanes(model, (0.0, 0.5))
+    p = lanes[0].passes[0]
+    keys = [routed.layout.keys[id(q)] for q in p.optimizers["model"].params]
+    opt = SGD(lr=0.1)
+    step = stage_step(routed, p.step.stages[0][0], keys, opt, None)  # type: ignore[union-attr]
+    x = torch.stack([torch.randn(8, 4), 5 + 3 * torch.randn(8, 4)])
+    y = torch.randint(0, 2, (2, 8))
+    trained = {k: states[k].clone() for k in keys}
+    rest = {k: v for k, v in states.items() if k not in trained}
+    new, updates, _, _ = step(trained, rest, tensors, opt.init(trained, (2,)), x, y)
     for c in range(2):
-        want = _torch_step(cnn, x[c], y[c])
+        anchor = lanes[c].tensors["anchor"]
+        want = torch_step(model, lambda m, xx, yy, a=anchor: prox_loss(AnchorWork(  # noqa: B023
+            msg=Message(), ctx=None, model=m, anchor=a), xx, yy), x[c], y[c])  # type: ignore[arg-type]
         for k, v in want.items():
-            got = new_p[k][c] if k in new_p else new_b[k][c]
-            assert torch.allclose(got.double(), v.double(), atol=1e-5, rtol=1e-5), (c, k)
-    assert not torch.allclose(new_b["features.1.running_mean"][0], new_b["features.1.running_mean"][1])
-    assert new_b["features.1.num_batches_tracked"].tolist() == [1, 1]
+            got = {**new, **updates}.get(f"model:{k}", states[f"model:{k}"])[c]
+            assert torch.allclose(got.double(), v.double(), atol=1e-6), (c, k)
+    assert updates["model:features.1.num_batches_tracked"].tolist() == [1, 1]
 
 
-def test_padded_samples_count_neither_in_loss_nor_in_batchnorm(cnn: nn.Module) -> None:
-    """A lane with 5 real samples padded to 8 equals torch on the 5 samples (BN batch stats, running stats)."""
-    fm = FunctionalModel.of(cnn)
-    params, buffers = _stacked(cnn, fm, 2)
-    opt = SGD(lr=0.1, momentum=0.5)
-    x, y = torch.randn(2, 8, 3, 12, 12), torch.randint(0, 10, (2, 8))
-    x[1, 5:] = 100.0  # garbage in the padding must not matter
-    mask = torch.ones(2, 8)
-    mask[1, 5:] = 0
-    step = vmapped_step(fm, opt, None, False)
-    new_p, new_b, _, loss = step(params, buffers, opt.init(params, (2,)), {}, torch.zeros(2), x, y, mask,
-                                 torch.ones(2, dtype=torch.bool))
-    for c, n in ((0, 8), (1, 5)):
-        want = _torch_step(cnn, x[c, :n], y[c, :n])
-        for k, v in want.items():
-            got = new_p[k][c] if k in new_p else new_b[k][c]
-            assert torch.allclose(got.double(), v.double(), atol=1e-5, rtol=1e-5), (c, k)
-        with torch.no_grad():
-            ref_loss = nn.functional.cross_entropy(copy.deepcopy(cnn).train()(x[c, :n]), y[c, :n])
-        assert float(loss[c]) == pytest.approx(float(ref_loss), abs=1e-5)
+def test_a_batchnorm_layer_called_twice_updates_its_statistics_twice() -> None:
+    torch.manual_seed(0)
+    model = tiny_model(bn=True).train()
+
+    def twice(work: AnchorWork, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(work.model(x), y) + nn.functional.cross_entropy(work.model(2 * x), y)
+
+    lanes = [snapshot(*lane(model, 0.0, twice))]
+    layout = layout_of("test", lanes)
+    routed = RoutedWork(lanes[0].work, layout, functional_copies(lanes[0].work, layout, {}))
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    with routed.bound(lanes[0].states, {"anchor": lanes[0].tensors["anchor"]}) as updates:
+        twice(lanes[0].work, x, y)
+    ref = copy.deepcopy(model)
+    ref(x), ref(2 * x)
+    assert torch.allclose(updates["model:features.1.running_mean"], ref.features[1].running_mean, atol=1e-7)
+    assert int(updates["model:features.1.num_batches_tracked"]) == 2
 
 
-def test_proximal_term_pulls_each_lane_towards_its_anchor() -> None:
-    """mu per lane: lane 0 plain CE, lane 1 CE + (mu/2)||w - a||^2; compared with autograd on the same loss."""
-    torch.manual_seed(1)
-    model = tiny_model(in_dim=3, feat_dim=4, num_classes=2)
-    fm = FunctionalModel.of(model)
-    params, buffers = _stacked(model, fm, 2)
-    anchor = {k: v + 0.3 for k, v in params.items()}
-    x, y = torch.randn(2, 5, 3), torch.randint(0, 2, (2, 5))
-    opt = SGD(lr=0.5)
-    step = vmapped_step(fm, opt, None, use_prox=True)
-    new_p, _, _, _ = step(params, buffers, opt.init(params, (2,)), anchor, torch.tensor([0.0, 2.0]), x, y, None,
-                          torch.ones(2, dtype=torch.bool))
-    for c, mu in ((0, 0.0), (1, 2.0)):
-        ref = copy.deepcopy(model)
-        named = dict(ref.named_parameters())
-        loss = nn.functional.cross_entropy(ref(x[c]), y[c])
-        loss = loss + 0.5 * mu * sum(((named[k] - anchor[k][c]) ** 2).sum() for k in fm.param_names)
-        grads = torch.autograd.grad(loss, [named[k] for k in fm.param_names])
-        for k, g in zip(fm.param_names, grads, strict=True):
-            assert torch.allclose(new_p[k][c], named[k].detach() - 0.5 * g, atol=1e-6), (c, k)
+def test_rule_refusals() -> None:
+    """Rule 1: an own step function; 2: a gradient edit; 3: hooks; 4: a loss closing over a lane's own value, or
+    over the module itself (it would not be re-routed)."""
+    torch.manual_seed(0)
+    model = tiny_model()
+
+    def refused(passes_of: Any, match: str) -> None:
+        lanes = []
+        for shift in (0.0, 1.0):
+            work, _ = lane(model, shift)
+            lanes.append(snapshot(work, passes_of(work, shift)))
+        with pytest.raises(ConfigError, match=rf"{match}.*run.runtime=inprocess"):
+            check_passes("m", lanes, layout_of("m", lanes))
+
+    spec = {"model": OptimSpec(list(model.parameters()))}
+    refused(lambda w, s: [LocalPass("local", lambda x, y, o: prox_loss(w, x, y), spec, TRAIN)], r"\(rule 1\)")
+    edit = {"model": OptimSpec(list(model.parameters()), after_backward=lambda: None)}
+    refused(lambda w, s: [LocalPass("local", LossStep(((lambda x, y: prox_loss(w, x, y), "model"),)), edit, TRAIN)],
+            r"\(rule 2\)")
+    refused(lambda w, s: [loss_pass(model, lambda x, y: prox_loss(w, x, y, mu=s), TRAIN)], r"\(rule 4\)")
+    refused(lambda w, s: [loss_pass(model, lambda x, y: nn.functional.cross_entropy(model(x), y), TRAIN)],
+            r"holds a module.*\(rule 4\)")
+    handle = model.head.register_forward_hook(lambda *_: None)
+    try:
+        refused(lambda w, s: [loss_pass(model, lambda x, y: prox_loss(w, x, y), TRAIN)], r"hooks.*\(rule 3\)")
+    finally:
+        handle.remove()
 
 
 def test_dropout_and_unknown_stateful_layers_are_rejected() -> None:
     with pytest.raises(ConfigError, match="run.runtime=inprocess"):
-        FunctionalModel.of(build_model("small_cnn", 10, (3, 12, 12), width=4, dropout=0.5))
+        Functional.of(build_model("small_cnn", 10, (3, 12, 12), width=4, dropout=0.5))
 
     class Counter(nn.Module):
         def __init__(self) -> None:
@@ -133,5 +186,5 @@ def test_dropout_and_unknown_stateful_layers_are_rejected() -> None:
     model = tiny_model()
     model.features.append(Counter())
     with pytest.raises(ConfigError, match="keeps buffers"):
-        FunctionalModel.of(model)
-    FunctionalModel.of(build_model("small_cnn", 10, (3, 12, 12), width=4, dropout=0.0))  # p = 0 is fine
+        Functional.of(model)
+    Functional.of(build_model("small_cnn", 10, (3, 12, 12), width=4, dropout=0.0))  # p = 0 is fine

@@ -62,27 +62,6 @@ def spec_of(arrays: dict[str, torch.Tensor]) -> dict[str, ArraySpec]:
     return {k: (tuple(v.shape), v.dtype) for k, v in arrays.items()}
 
 
-@dataclass(frozen=True)
-class PersonalStep:
-    """A personal model v trained beside the global one (Ditto, Li et al. 2021, Alg. 1): local SGD on
-    CE(v(x), y) + (lam/2)||v - w^t||^2, w^t the received model. `tandem`: one step of v after each step of w on
-    the same batch; else the w pass, then a v pass of `train`'s local work on a fresh batch stream."""
-
-    lam: float
-    tandem: bool
-    train: TrainConfig
-
-
-@dataclass(frozen=True)
-class BatchedStep:
-    """A method's local training as data, for `run.runtime=batched` (runtimes/batched): the train config's
-    optimizer on CE + (prox_mu/2)||w - w^t||^2 over the trainable parameters (w^t: the model at the start of the
-    round), then `reply` and the local keys kept as in `finish`; plus `personal` (Ditto)."""
-
-    prox_mu: float = 0.0
-    personal: PersonalStep | None = None
-
-
 class Algorithm(Generic[S, C, W]):
     """The contract; every default is FedAvg's. Subclasses set the three state types and override a few hooks."""
 
@@ -167,11 +146,6 @@ class Algorithm(Generic[S, C, W]):
     def deploy(self, msg: Message, state: C, ctx: ClientContext) -> Deployment:
         """The model this client would deploy: received shared part + its local part."""
         return Deployment(self.client_model(msg, state))
-
-    def batched_step(self) -> BatchedStep | None:
-        """The local step for the batched runtime, or None: it cannot be batched. Only a class that defines
-        this method itself is batched (an inherited declaration does not count: a subclass may change the step)."""
-        return None
 
 
 class ModelAlgorithm(Algorithm[ServerState, ClientState, Work]):

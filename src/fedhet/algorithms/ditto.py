@@ -38,7 +38,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from fedhet.algorithms.base import Algorithm, BatchedStep, PersonalStep
+from fedhet.algorithms.base import Algorithm
 from fedhet.algorithms.fedprox import proximal_term
 from fedhet.algorithms.registry import register
 from fedhet.config import TrainConfig
@@ -48,7 +48,7 @@ from fedhet.core.contract import (
     Deployment,
     FitStats,
     LocalPass,
-    Optimizers,
+    LossStep,
     OptimSpec,
     ServerState,
     Work,
@@ -159,12 +159,8 @@ class DittoFamily(Algorithm[ServerState, DS, DW]):
                     LocalPass("personal", minimize(lambda x, y: self.personal_loss(work, x, y), "personal"),
                               personal_opt, self.personal_train_config(), modules=(work.personal,), report=False)]
 
-        def tandem(x: torch.Tensor, y: torch.Tensor, optimizers: Optimizers) -> torch.Tensor:
-            loss = self.loss(work, x, y)
-            optimizers.step(loss, "model")
-            optimizers.step(self.personal_loss(work, x, y), "personal")
-            return loss
-
+        tandem = LossStep(((lambda x, y: self.loss(work, x, y), "model"),
+                           (lambda x, y: self.personal_loss(work, x, y), "personal")))
         both = {"model": OptimSpec.from_train(list(work.model.parameters()), self.train_cfg), **personal_opt}
         return [LocalPass("local", tandem, both, self.train_cfg, modules=(work.model, work.personal))]
 
@@ -187,9 +183,3 @@ class Ditto(DittoFamily[DittoState, DittoWork]):
     name = "ditto"
     client_state_type = DittoState
     work_type = DittoWork
-
-    def batched_step(self) -> BatchedStep:
-        """w: FedAvg's step; v: the personal objective with its own (fresh) optimizer. Only for this class:
-        a subclass that extends `personal_loss` (Ditto + MMD) is not batched."""
-        return BatchedStep(personal=PersonalStep(lam=self.params.lam, tandem=self.params.schedule == "tandem",
-                                                 train=self.personal_train_config()))

@@ -5,7 +5,7 @@ With `server.optimizer`/`server.lr`/`server.momentum` this is also FedAvgM and F
 
 from __future__ import annotations
 
-from fedhet.algorithms.base import BatchedStep, ModelAlgorithm
+from fedhet.algorithms.base import ModelAlgorithm
 from fedhet.algorithms.registry import register
 
 
@@ -14,7 +14,3 @@ class FedAvg(ModelAlgorithm):
     """Every parameter and buffer is shared; the base class implements the whole method."""
 
     name = "fedavg"
-
-    def batched_step(self) -> BatchedStep:
-        """Local SGD on cross-entropy: batchable as is."""
-        return BatchedStep()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from fedhet.algorithms.base import BatchedStep, ModelAlgorithm
+from fedhet.algorithms.base import ModelAlgorithm
 from fedhet.algorithms.registry import register
 from fedhet.core.params import BN_TYPES, keys_of_types
 from fedhet.errors import ConfigError
@@ -29,8 +29,3 @@ class FedBN(ModelAlgorithm):
             raise ConfigError("fedbn keeps the model's BatchNorm layers local, but this model has none, so it would "
                               "run exactly as fedavg; give the model BatchNorm (e.g. model.args.norm=bn) or use fedavg")
         return set(model.state_dict()) - local
-
-    def batched_step(self) -> BatchedStep:
-        """FedAvg's step; the local BatchNorm keys are kept per client by `fit` (the runtime keeps each
-        client's BN statistics in its own lane)."""
-        return BatchedStep()

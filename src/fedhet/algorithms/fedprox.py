@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedhet.algorithms.base import Algorithm, BatchedStep
+from fedhet.algorithms.base import Algorithm
 from fedhet.algorithms.registry import register
 from fedhet.core.contract import ClientContext, ClientState, ServerState, Work
 from fedhet.core.messages import Message
@@ -74,10 +74,6 @@ class FedProx(Algorithm[ServerState, ClientState, ProxWork]):
         """The received model and a frozen copy of its trainable parameters as the anchor."""
         model = self.client_model(msg, state)
         return ProxWork(msg=msg, ctx=ctx, model=model, anchor=tuple(p.detach().clone() for p in trainable(model)))
-
-    def batched_step(self) -> BatchedStep:
-        """Cross-entropy plus the proximal term towards the round-start parameters."""
-        return BatchedStep(prox_mu=self.params.mu)
 
     def loss(self, work: ProxWork, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Cross-entropy plus (mu/2)||w - w_global||^2."""

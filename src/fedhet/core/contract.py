@@ -171,19 +171,37 @@ class Deployment:
     batch_size: int | None = None
 
 
-def minimize(loss_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], name: str = "model") -> StepFn:
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class LossStep:
+    """The usual step, as data: for each `(loss_of, optimizer name)` of `stages` in turn, that optimizer steps on
+    `loss_of(x, y)` (the same batch); the first stage's loss is reported. One stage is `minimize`; several are
+    simultaneous models trained on one batch (Ditto's tandem schedule). The batched runtime recognizes this type
+    and vectorizes `loss_of` itself (runtimes/batched, docs/runtimes_batched.md "Which methods batch")."""
+
+    stages: tuple[tuple[LossFn, str], ...]
+
+    def __post_init__(self) -> None:
+        if not self.stages:
+            raise ValueError("a LossStep needs at least one (loss_of, optimizer name) stage")
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, optimizers: Optimizers) -> torch.Tensor:
+        losses = []
+        for loss_of, name in self.stages:
+            loss = loss_of(x, y)
+            optimizers.step(loss, name)
+            losses.append(loss)
+        return losses[0]
+
+
+def minimize(loss_of: LossFn, name: str = "model") -> LossStep:
     """The usual step: one optimizer (`name`) steps on `loss_of(x, y)`; the loss is reported."""
-
-    def step(x: torch.Tensor, y: torch.Tensor, optimizers: Optimizers) -> torch.Tensor:
-        loss = loss_of(x, y)
-        optimizers.step(loss, name)
-        return loss
-
-    return step
+    return LossStep(((loss_of, name),))
 
 
-def loss_pass(model: nn.Module, loss_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], train: TrainConfig,
-              name: str = "local") -> LocalPass:
+def loss_pass(model: nn.Module, loss_of: LossFn, train: TrainConfig, name: str = "local") -> LocalPass:
     """Local SGD of `model` on `loss_of(x, y)` with the train config's optimizer (named "model", persisted under
     `train.persist_optimizer`): FedAvg's pass, and the first pass of most methods."""
     return LocalPass(name, minimize(loss_of), {"model": OptimSpec.from_train(list(model.parameters()), train)}, train,

@@ -1,132 +1,145 @@
-"""Train many "lanes" (one model on one client's batches for one pass) in lock-step vectorized steps.
+"""One `LocalPass` of many clients ("lanes") in lock-step vectorized steps.
 
-A lane is what one call of `train_local` does in-process: a start state, a mini-batch stream, a loss
-(cross-entropy, plus a proximal term with weight mu towards an anchor) and an optimizer. `train_lanes` stacks
-the lanes' parameters, buffers and optimizer states along a leading dimension, then for t = 0 .. T-1
-(T = the most steps any lane takes) draws every lane's t-th batch, pads the batches to one size and runs the
-vmapped step (step.py). Ragged clients are handled by masking, never by dropping data:
-  - a lane with fewer steps is inactive (active = 0) once it is done: its state is carried through
-    unchanged, and its padding batch is never looked at;
-  - a smaller batch (the last one of an epoch, or a client with less data than the batch size) is padded with
-    zeros whose sample mask is 0: they count neither in the loss nor in BatchNorm's statistics.
-Lanes that share a stream (Ditto's tandem schedule: w and v step on the same batch) get the same batch.
+The lanes' state (every module field's parameters and buffers, `"field:name"`) and optimizer states are stacked
+along a leading lane dimension. At step t every lane that still has batches draws its t-th batch from its own
+stream (data.py: the very batches it would draw in-process). Lanes whose batches have the same size take the step
+together in one vmapped call per `LossStep` stage (step.py): all lanes when every batch is full, the usual case;
+otherwise one group per batch size (an epoch's last batch, a client with less data than the batch size), gathered
+and scattered back by lane index. So the algorithm's own loss always sees exactly a lane's real batch (no padding,
+which an opaque loss could not exclude), nothing is dropped, and a lane that has finished takes no part.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
-from fedhet.core.contract import PassStats
-from fedhet.core.params import StateDict
+from fedhet.core.contract import LocalPass, LossStep, OptimSpec, PassStats
+from fedhet.core.params import frozen
 from fedhet.engine.finite import DIVERGED_ADVICE
 from fedhet.errors import TrainingDivergedError
-from fedhet.runtimes.batched.data import Batch, BatchStream, stack_batches
-from fedhet.runtimes.batched.optim import FunctionalOptimizer, OptState
-from fedhet.runtimes.batched.step import FunctionalModel, StepFn
+from fedhet.runtimes.batched.data import Batch, BatchStream
+from fedhet.runtimes.batched.optim import FunctionalOptimizer, OptState, Tensors, optimizer_of
+from fedhet.runtimes.batched.rule import Layout
+from fedhet.runtimes.batched.step import RoutedWork, StepFn, stage_step
 
 
 @dataclass
-class Lane:
-    """One model trained on one client's batches for one pass."""
+class PassResult:
+    """Each lane's statistics and persisted optimizer states (torch state_dict format, by optimizer name)."""
 
-    init: StateDict  # every parameter and buffer at the start of the pass
-    stream: BatchStream
-    anchor: StateDict | None = None  # trainable parameters the proximal term pulls towards (None: the start)
-    mu: float = 0.0  # weight of (mu / 2) * ||w - anchor||^2
-    optim: dict | None = None  # a torch.optim state_dict to continue from (train.persist_optimizer)
-    label: str = "lane"  # names the lane in errors
+    stats: list[PassStats]
+    optim: list[dict[str, dict[str, Any]]]
 
 
 @dataclass
-class LaneResult:
-    """A lane's final state (CPU, in the order of `Lane.init`), its optimizer state and training stats."""
+class Optim:
+    """One optimizer of the pass: its spec, functional twin, the state keys it trains and their stacked state."""
 
-    state: StateDict
-    optim: dict | None
-    stats: PassStats
-
-
-def _stack(dicts: Sequence[dict[str, torch.Tensor]], keys: Sequence[str], device: torch.device
-           ) -> dict[str, torch.Tensor]:
-    return {k: torch.stack([d[k] for d in dicts]).to(device) for k in keys}
+    spec: OptimSpec
+    fn: FunctionalOptimizer
+    keys: list[str]
+    state: OptState
 
 
-def _stack_opt(optimizer: FunctionalOptimizer, lanes: Sequence[Lane], params: dict[str, torch.Tensor]
-               ) -> OptState:
-    """Stacked optimizer states: fresh ones, or each lane's saved torch state where it has one."""
-    if all(lane.optim is None for lane in lanes):
-        return optimizer.init(params, (len(lanes),))
-    states = []
-    for i, lane in enumerate(lanes):
-        own = {k: v[i] for k, v in params.items()}
-        states.append(optimizer.from_torch(lane.optim, own) if lane.optim is not None else optimizer.init(own))
-    return {slot: {k: torch.stack([s[slot][k] for s in states]) for k in states[0][slot]} for slot in states[0]}
+class PassRunner:
+    """Runs lane 0's pass `template` for every lane; `state` (stacked, on the device) is updated in place."""
 
+    def __init__(self, routed: RoutedWork, template: LocalPass, layout: Layout, saved: Sequence[dict[str, Any]],
+                 state: Tensors) -> None:
+        if not isinstance(template.step, LossStep):
+            raise TypeError("the batched runtime runs LossStep passes only (rule.check_passes)")
+        self.routed, self.template, self.state, self.lanes = routed, template, state, len(saved)
+        with frozen(template.frozen):  # requires_grad as the in-process pass sees it
+            self.grad_keys = [layout.keys[id(p)] for f in layout.modules
+                              for p in getattr(routed.work, f).parameters() if p.requires_grad]
+            self.optims = {name: self._optim(spec, layout, saved, name) for name, spec in template.optimizers.items()}
+        self.steps: list[tuple[str, StepFn]] = []
+        for loss_of, name in template.step.stages:
+            o = self.optims[name]
+            self.steps.append((name, stage_step(routed, loss_of, o.keys, o.fn, o.spec.grad_clip)))
 
-class LaneTrainer:
-    """Runs `train_lanes` with one model structure, optimizer and (vmapped) step function."""
+    def _optim(self, spec: OptimSpec, layout: Layout, saved: Sequence[dict[str, Any]], name: str) -> Optim:
+        """Stacked optimizer state: fresh, or each lane's persisted torch state where it has one."""
+        fn, keys = optimizer_of(spec), [layout.keys[id(p)] for p in spec.params if p.requires_grad]
+        params = {k: self.state[k] for k in keys}
+        if not spec.persist or all(name not in s for s in saved):
+            return Optim(spec, fn, keys, fn.init(params, (self.lanes,)))
+        states = []
+        for i, s in enumerate(saved):
+            own = {k: v[i] for k, v in params.items()}
+            states.append(fn.from_torch(s[name], own) if name in s else fn.init(own))
+        stacked = {slot: {k: torch.stack([st[slot][k] for st in states]) for k in states[0][slot]}
+                   for slot in states[0]}
+        return Optim(spec, fn, keys, stacked)
 
-    def __init__(self, model: FunctionalModel, optimizer: FunctionalOptimizer, step: StepFn,
-                 device: torch.device, use_prox: bool) -> None:
-        self.model, self.optimizer, self.step, self.device = model, optimizer, step, device
-        self.use_prox = use_prox
-
-    def train(self, lanes: Sequence[Lane], keep_optim: bool = False) -> list[LaneResult]:
-        """Train every lane for its own number of steps (vectorized, masked); see the module docstring."""
-        dev, names = self.device, self.model.param_names
-        params = _stack([lane.init for lane in lanes], names, dev)
-        buffers = _stack([lane.init for lane in lanes], self.model.buffer_names, dev)
-        opt_state = _stack_opt(self.optimizer, lanes, params)
-        anchor = _stack([lane.anchor or lane.init for lane in lanes], names, dev) if self.use_prox else {}
-        mu = torch.tensor([lane.mu for lane in lanes], dtype=torch.float32, device=dev)
-        steps = [lane.stream.steps for lane in lanes]
-        loss_sum = torch.zeros(len(lanes), dtype=torch.float64, device=dev)
-        bad = torch.zeros(len(lanes), dtype=torch.bool, device=dev)
-        examples = [0] * len(lanes)
-        like: Batch | None = None
-        for t in range(max(steps, default=0)):
-            drawn: dict[int, Batch] = {}
-            items: list[Batch | None] = []
-            for i, lane in enumerate(lanes):
-                if t >= steps[i]:
-                    items.append(None)
-                    continue
-                key = id(lane.stream)
-                if key not in drawn:
-                    drawn[key] = lane.stream.next()
-                items.append(drawn[key])
-                examples[i] += len(drawn[key][1])
-            like = like or next(b for b in items if b is not None)
-            x, y, mask = stack_batches(items, like)
-            active = torch.tensor([t < s for s in steps], device=dev)
-            padded = None if bool(mask.all()) else mask.to(dev, non_blocking=True)
-            params, buffers, opt_state, loss = self.step(
-                params, buffers, opt_state, anchor, mu, x.to(dev, non_blocking=True), y.to(dev, non_blocking=True),
-                padded, None if t < min(steps) else active)
-            loss_sum += torch.where(active, loss.to(torch.float64), 0.0)
-            bad |= active & ~torch.isfinite(loss)
-        self._check(lanes, bad)
-        return [self._result(i, lane, params, buffers, opt_state, loss_sum[i], steps[i], examples[i], keep_optim)
-                for i, lane in enumerate(lanes)]
-
-    def _check(self, lanes: Sequence[Lane], bad: torch.Tensor) -> None:
-        """The NaN / inf guard of `engine.local.check_finite`, once per pass instead of per step (no sync)."""
+    def run(self, streams: Sequence[BatchStream], tensors: dict[str, Any], labels: Sequence[str]) -> PassResult:
+        """Every lane's steps (see the module docstring); NaN / inf of any stage's loss fails the pass."""
+        dev = next(iter(self.state.values())).device
+        counts = [s.steps for s in streams]
+        loss_sum = torch.zeros(self.lanes, dtype=torch.float64, device=dev)
+        bad = torch.zeros(self.lanes, dtype=torch.bool, device=dev)
+        examples = [0] * self.lanes
+        for t in range(max(counts, default=0)):
+            drawn = {i: streams[i].next() for i in range(self.lanes) if t < counts[i]}
+            groups: dict[int, list[int]] = {}
+            for i, (_, y) in drawn.items():
+                groups.setdefault(len(y), []).append(i)
+                examples[i] += len(y)
+            for idx in groups.values():
+                loss, finite = self.group_step(idx, drawn, tensors, dev)
+                loss_sum[idx] += loss.to(torch.float64)
+                bad[idx] |= ~finite
         if bool(bad.any()):
-            which = ", ".join(lane.label for lane, b in zip(lanes, bad.tolist(), strict=True) if b)
-            raise TrainingDivergedError(
-                f"loss became NaN/inf in batched local training ({which}); {DIVERGED_ADVICE}")
+            which = ", ".join(label for label, b in zip(labels, bad.tolist(), strict=True) if b)
+            raise TrainingDivergedError(f"loss became NaN/inf in batched local training ({which}); {DIVERGED_ADVICE}")
+        stats = [PassStats(loss=float(loss_sum[i]) / max(counts[i], 1), steps=counts[i], examples=examples[i])
+                 for i in range(self.lanes)]
+        return PassResult(stats, [self._persisted(i) for i in range(self.lanes)])
 
-    def _result(self, i: int, lane: Lane, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
-                opt_state: OptState, loss_sum: torch.Tensor, steps: int, examples: int, keep_optim: bool
-                ) -> LaneResult:
-        final = {**params, **buffers}
-        state = {k: final[k][i].detach().to("cpu", copy=True) for k in lane.init}
-        optim = None
-        if keep_optim:
-            own = {slot: {k: v[i].detach().cpu() for k, v in tensors.items()} for slot, tensors in opt_state.items()}
-            optim = self.optimizer.to_torch(own, self.model.param_names)
-        stats = PassStats(loss=float(loss_sum) / max(steps, 1), steps=steps, examples=examples)
-        return LaneResult(state, optim, stats)
+    def group_step(self, idx: list[int], drawn: dict[int, Batch], tensors: dict[str, Any], dev: torch.device
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of the lanes `idx` (equal batch sizes): every stage in turn; returns the reported (first
+        stage's) loss and whether every stage's loss was finite, per lane."""
+        x = torch.stack([drawn[i][0] for i in idx]).to(dev, non_blocking=True)
+        y = torch.stack([drawn[i][1] for i in idx]).to(dev, non_blocking=True)
+        whole = len(idx) == self.lanes
+        ix = torch.tensor(idx, device=dev)
+        pick = (lambda v: v) if whole else (lambda v: v.index_select(0, ix))  # noqa: E731
+        state = self.state if whole else {k: pick(v) for k, v in self.state.items()}
+        lane_tensors = tensors if whole else tree_map(pick, tensors)
+        opt = {n: (o.state if whole else tree_map(pick, o.state)) for n, o in self.optims.items()}
+        grad_set, changed = set(self.grad_keys), set()
+        reported, finite = None, torch.ones(len(idx), dtype=torch.bool, device=dev)
+        for name, step in self.steps:
+            trained = {k: state[k] for k in self.grad_keys}
+            rest = {k: v for k, v in state.items() if k not in grad_set}
+            new, updates, opt[name], loss = step(trained, rest, lane_tensors, opt[name], x, y)
+            state.update(new)
+            state.update(updates)
+            changed |= set(new) | set(updates)
+            reported = loss if reported is None else reported
+            finite &= torch.isfinite(loss)
+        for name, o in self.optims.items():
+            if whole:
+                o.state = opt[name]
+            else:
+                tree_map(lambda full, part: full.index_copy_(0, ix, part), o.state, opt[name])
+        if not whole:
+            for k in changed:
+                self.state[k].index_copy_(0, ix, state[k])
+        assert reported is not None  # a LossStep has at least one stage
+        return reported, finite
+
+    def _persisted(self, i: int) -> dict[str, dict[str, Any]]:
+        """Lane i's states of the optimizers marked `persist`, as torch state_dicts."""
+        out = {}
+        for name, o in self.optims.items():
+            if o.spec.persist:
+                own = {slot: {k: v[i].detach().cpu() for k, v in tensors.items()} for slot, tensors in o.state.items()}
+                out[name] = o.fn.to_torch(own, o.keys)
+        return out

@@ -104,15 +104,19 @@ class MaskedBatchNorm(nn.Module):
         return y
 
     def _record(self, ctx: BatchNormContext, mean: torch.Tensor, unbiased_var: torch.Tensor) -> None:
-        """Put the updated running statistics into the context (torch's update rule, not in place)."""
-        count = self.num_batches_tracked + 1
+        """Put the updated running statistics into the context (torch's update rule, not in place). A layer that
+        runs twice in one call updates from its first update, as torch's in-place writes would."""
+        names = ("running_mean", "running_var", "num_batches_tracked")
+        keys = [f"{self.name}{n}" for n in names]
+        old_mean, old_var, old_count = (ctx.updates.get(k, getattr(self, n)) for k, n in zip(keys, names, strict=True))
+        count = old_count + 1
         if self.momentum is None:
             factor = (1.0 / count.to(mean.dtype))
         else:
             factor = torch.full((), self.momentum, dtype=mean.dtype, device=mean.device)
-        ctx.updates[f"{self.name}running_mean"] = self.running_mean * (1 - factor) + mean * factor
-        ctx.updates[f"{self.name}running_var"] = self.running_var * (1 - factor) + unbiased_var * factor
-        ctx.updates[f"{self.name}num_batches_tracked"] = count
+        ctx.updates[keys[0]] = old_mean * (1 - factor) + mean * factor
+        ctx.updates[keys[1]] = old_var * (1 - factor) + unbiased_var * factor
+        ctx.updates[keys[2]] = count
 
 
 STATEFUL_OK = (nn.modules.batchnorm._BatchNorm,)

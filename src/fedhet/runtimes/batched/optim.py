@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from fedhet.config import TrainConfig
+from fedhet.core.contract import OptimSpec
 
 Tensors = dict[str, torch.Tensor]
 OptState = dict[str, Tensors]  # slot -> parameter name -> tensor; slot "step" maps "" -> count
@@ -182,6 +183,15 @@ def optimizer_for(cfg: TrainConfig, lr: float | None = None) -> FunctionalOptimi
     if cfg.optimizer == "adamw":
         return Adam(lr=lr, weight_decay=cfg.weight_decay, decoupled=True)
     return SGD(lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def optimizer_of(spec: OptimSpec) -> FunctionalOptimizer:
+    """The functional twin of `engine.local.build_optimizer(spec)`: same algorithm and hyperparameters."""
+    if spec.kind == "adam":
+        return Adam(lr=spec.lr, weight_decay=spec.weight_decay)
+    if spec.kind == "adamw":
+        return Adam(lr=spec.lr, weight_decay=spec.weight_decay, decoupled=True)
+    return SGD(lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
 
 
 def clip_grad_norm(grads: Tensors, max_norm: float) -> Tensors:

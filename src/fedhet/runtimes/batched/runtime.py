@@ -1,59 +1,45 @@
 """`BatchedClients`: the client executor of `run.runtime: batched`, a drop-in for `InProcessClients`.
 
-Local training of the sampled clients runs as vectorized lanes (lanes.py), in chunks of clients that fit the
-memory budget (memory.py); everything else is the algorithm's own code, per client, as in-process:
-`client_model` assembles each client's start model from the message and its state, `reply` builds the
-message, the local keys (FedBN's BatchNorm) and Ditto's personal model go back into the client state in the
-in-process format, so checkpoints move between the two runtimes. Evaluation is inherited from
-`InProcessClients` (per client, sequential).
-
-Which methods: those whose class declares `Algorithm.batched_step` itself (FedAvg, FedProx, FedBN, Ditto);
-any other raises a ConfigError naming `run.runtime=inprocess`, before training starts. There is no
+A chunk of sampled clients is fitted as the engine fits one (engine/local.py), with the passes vectorized:
+each client's `Algorithm.start` and `Algorithm.passes` run on that client's RNG (as inside in-process's
+`seeded(seed, round, client, "fit")`), the rule (rule.py) is checked on all of them, lane 0's passes run for
+every lane (lanes.py, step.py: the algorithm's own `loss_of`, re-routed to each lane's tensors), then each
+client's trained tensors are loaded back into its Work and `Algorithm.finish` builds its reply and new state
+(client states stay in the in-process format, so checkpoints move between the runtimes). Evaluation is
+inherited from `InProcessClients` (per client, sequential). A method the rule refuses raises one ConfigError
+naming `run.runtime=inprocess`, checked on client 0 before training starts (and on every chunk); there is no
 fallback to sequential training.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from fedhet.algorithms import Algorithm, ClientState
-from fedhet.algorithms.base import BatchedStep
-from fedhet.config import TrainConfig
-from fedhet.core.contract import FitStats
+import torch
+from torch.utils.data import Dataset
+
+from fedhet.core.contract import ClientState, FitStats, LocalPass
 from fedhet.core.messages import Message, Reply
-from fedhet.core.params import StateDict, load_partial, state_of
 from fedhet.engine.experiment import Experiment
-from fedhet.errors import ConfigError
 from fedhet.runtimes.batched.data import BatchStream, ClientRng
-from fedhet.runtimes.batched.lanes import Lane, LaneResult, LaneTrainer
+from fedhet.runtimes.batched.lanes import PassRunner
 from fedhet.runtimes.batched.memory import MB, clients_per_chunk, default_budget_bytes, lane_bytes
-from fedhet.runtimes.batched.optim import Adam, optimizer_for
-from fedhet.runtimes.batched.step import FunctionalModel, vmapped_step
+from fedhet.runtimes.batched.rule import (
+    GuardedRead,
+    LaneWork,
+    Layout,
+    check_passes,
+    layout_of,
+    refusal,
+    shape_key,
+    snapshot,
+)
+from fedhet.runtimes.batched.step import Cache, RoutedWork, functional_copies
 from fedhet.runtimes.inprocess import InProcessClients
 
-
-def batched_step_of(alg: Algorithm[Any, Any, Any]) -> BatchedStep:
-    """The algorithm's declared batched step, or a ConfigError that names the runtime to use instead."""
-    declared = "batched_step" in vars(type(alg))
-    spec = alg.batched_step() if declared else None
-    if spec is None:
-        inherited = "" if declared else " (an inherited declaration does not count: the subclass may change the step)"
-        raise ConfigError(f"method '{alg.name}' cannot run on run.runtime=batched: {type(alg).__name__} does not "
-                          f"declare a batched local step{inherited}. Run it with run.runtime=inprocess.")
-    return spec
-
-
-@dataclass
-class _Job:
-    """One sampled client of a chunk: its id, message, state (copied) and start model."""
-
-    cid: int
-    msg: Message
-    state: ClientState
-    init: StateDict
-    rng: ClientRng
+T = TypeVar("T")
 
 
 class BatchedClients(InProcessClients):
@@ -61,25 +47,48 @@ class BatchedClients(InProcessClients):
 
     def __init__(self, exp: Experiment) -> None:
         super().__init__(exp)
-        cfg = exp.config
-        self.spec = batched_step_of(self.alg)
-        self.train_cfg: TrainConfig = cfg.train
-        self.model = FunctionalModel.of(self.alg.parts.new())
-        self.optimizer = optimizer_for(cfg.train)
-        personal = self.spec.personal
-        use_prox = self.spec.prox_mu > 0 or (personal is not None and personal.lam > 0)
-        step = vmapped_step(self.model, self.optimizer, cfg.train.grad_clip, use_prox, donate=True)
-        self.trainer = LaneTrainer(self.model, self.optimizer, step, exp.device, use_prox)
-        self.chunk_size = self._chunk_size()
+        self.cache: Cache = {}
+        self.chunk_size = self._chunk_size(self._probe())
 
-    def _chunk_size(self) -> int:
-        """Clients per chunk from `run.batched_memory_mb` / `run.batched_max_clients` (memory.py)."""
-        run, exp = self.exp.config.run, self.exp
-        slots = 2 if isinstance(self.optimizer, Adam) else int(self.train_cfg.momentum != 0)
-        per_lane = lane_bytes(self.alg.parts.new(), exp.data.input_shape, self.train_cfg.batch_size, slots)
+    def _probe(self) -> int:
+        """Client 0's round-1 fit through the rule, one dry vectorized step on zeros included (the global RNG
+        and every state are left as they were); returns the number of module fields of its Work."""
+        alg, outer = self.alg, ClientRng._capture()
+        try:
+            msg = alg.broadcast(alg.init_server(), self.exp.round_info(1), 0)
+            lane = self._lane(0, 1, msg, alg.init_client(0), ClientRng(self.exp.config.seed, 1, 0, "probe"))
+            layout = self._check([lane])
+            state = {k: v.unsqueeze(0).clone() for k, v in lane.states.items()}
+            x = torch.zeros((1, 2, *self.exp.data.input_shape), device=self.exp.device)
+            y = torch.zeros((1, 2), dtype=torch.long, device=self.exp.device)
+            for local_pass in lane.passes:
+                runner = self._runner(lane, local_pass, layout, [{}], state)
+                tensors = {k: _stack([v]) for k, v in lane.tensors.items()}
+                self._guarded(runner.group_step, [0], {0: (x[0], y[0])}, tensors, self.exp.device)
+        finally:
+            ClientRng._restore(outer)
+        return len(layout.modules)
+
+    def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a vectorized step; a guarded read or a torch.func limitation becomes the method's refusal."""
+        try:
+            return fn(*args)
+        except GuardedRead as e:
+            raise refusal(self.alg.name, str(e)) from e
+        except RuntimeError as e:
+            if "vmap" not in str(e) and "functorch" not in str(e):
+                raise
+            raise refusal(self.alg.name, f"its loss does not run under torch.func.vmap ({str(e).splitlines()[0]}) "
+                          "(rule 7)") from e
+
+    def _chunk_size(self, modules: int) -> int:
+        """Clients per chunk from `run.batched_memory_mb` / `run.batched_max_clients` (memory.py): a lane per
+        module field of the Work."""
+        run, exp, train = self.exp.config.run, self.exp, self.exp.config.train
+        slots = 2 if train.optimizer in ("adam", "adamw") else int(train.momentum != 0)
+        per_lane = lane_bytes(self.alg.parts.new(), exp.data.input_shape, train.batch_size, slots)
         budget = int(run.batched_memory_mb * MB) if run.batched_memory_mb else default_budget_bytes(exp.device)
-        lanes = 2 if self.spec.personal is not None and self.spec.personal.tandem else 1  # lanes trained together
-        return clients_per_chunk(per_lane, lanes, budget, run.batched_max_clients)
+        return clients_per_chunk(per_lane, max(modules, 1), budget, run.batched_max_clients)
 
     def fit(self, rnd: int, messages: dict[int, Message]) -> list[Reply]:
         """Local training of the given clients, chunk by chunk; states replace the old ones only at the end."""
@@ -87,64 +96,92 @@ class BatchedClients(InProcessClients):
         replies: dict[int, Reply] = {}
         new_states = dict(self.states)
         for start in range(0, len(cids), self.chunk_size):
-            for job, reply in self._fit_chunk(rnd, cids[start:start + self.chunk_size], messages):
-                replies[job.cid] = reply
-                new_states[job.cid] = job.state
+            for cid, reply, state in self._fit_chunk(rnd, cids[start:start + self.chunk_size], messages):
+                replies[cid], new_states[cid] = reply, state
         self.states = new_states
         return [replies[cid] for cid in cids]
 
-    def _jobs(self, rnd: int, cids: list[int], messages: dict[int, Message]) -> list[_Job]:
-        """Each client's start model (as `Algorithm.fit` assembles it) and its in-process RNG."""
-        seed = self.exp.config.seed
-        jobs = []
-        for cid in cids:
-            state = self.states[cid]
-            init = state_of(self.alg.client_model(messages[cid], state))
-            jobs.append(_Job(cid, messages[cid], state, init, ClientRng(seed, rnd, cid, "fit")))
-        return jobs
+    def _lane(self, cid: int, rnd: int, msg: Message, state: ClientState, rng: ClientRng) -> LaneWork:
+        """Client `cid`'s Work and passes, on its RNG, snapshotted before the next client's `start`."""
+        ctx = self.exp.context(cid, rnd, self.train_data[cid])
+        with rng.active():
+            work = self.alg.start(msg, state, ctx)
+            return snapshot(work, list(self.alg.passes(work)))
 
-    def _fit_chunk(self, rnd: int, cids: list[int], messages: dict[int, Message]) -> list[tuple[_Job, Reply]]:
-        """Train one chunk: the global model's lanes (and Ditto's personal lanes), then build replies/states."""
-        cfg, spec, persist = self.train_cfg, self.spec, self.train_cfg.persist_optimizer
-        jobs = self._jobs(rnd, cids, messages)
-        names = self.model.param_names
-        lanes = [Lane(init=j.init, stream=BatchStream(j.rng, self.train_data[j.cid].train, cfg),
-                      mu=spec.prox_mu, optim=j.state.optim.get("model") if persist else None,
-                      label=f"{self.alg.name} client {j.cid} round {rnd}") for j in jobs]
-        personal = spec.personal
-        if personal is None:
-            results, personal_results = self.trainer.train(lanes, keep_optim=persist), None
-        else:
-            def personal_lane(j: _Job, stream: BatchStream) -> Lane:
-                saved: StateDict | None = getattr(j.state, "personal", None)  # Ditto's personal model
-                start = saved if saved is not None else j.init
-                return Lane(init=dict(start), stream=stream, anchor={k: j.init[k] for k in names}, mu=personal.lam,
-                            label=f"{self.alg.name} personal model, client {j.cid} round {rnd}")
+    def _check(self, lanes: list[LaneWork]) -> Layout:
+        layout = layout_of(self.alg.name, lanes)
+        check_passes(self.alg.name, lanes, layout)
+        return layout
 
-            if personal.tandem:
-                both = self.trainer.train(lanes + [personal_lane(j, lane.stream) for j, lane in zip(jobs, lanes,
-                                                                                                 strict=True)],
-                                          keep_optim=persist)
-                results, personal_results = both[:len(jobs)], both[len(jobs):]
-            else:
-                results = self.trainer.train(lanes, keep_optim=persist)
-                personal_results = self.trainer.train(
-                    [personal_lane(j, BatchStream(j.rng, self.train_data[j.cid].train, personal.train)) for j in jobs])
-        out = []
-        for i, job in enumerate(jobs):
-            pres = personal_results[i] if personal_results is not None else None
-            out.append((job, self._finish(job, results[i], pres)))
-        return out
+    def _runner(self, lane0: LaneWork, local_pass: LocalPass, layout: Layout, saved: list[dict[str, Any]],
+                state: dict[str, torch.Tensor]) -> PassRunner:
+        """The pass's runner, with its modules in train mode as `engine.local.run_pass` puts them."""
+        for module in local_pass.modules:
+            module.train()
+        routed = RoutedWork(lane0.work, layout, functional_copies(lane0.work, layout, self.cache))
+        return PassRunner(routed, local_pass, layout, saved, state)
 
-    def _finish(self, job: _Job, result: LaneResult, personal: LaneResult | None) -> Reply:
-        """As `Algorithm.fit` ends: the reply from the trained model; local keys, optimizer, personal model kept."""
-        model = self.alg.client_model(job.msg, job.state)
-        load_partial(model, result.state)
-        changes: dict[str, Any] = {"local": state_of(model, self.alg.parts.local_keys())}
-        if self.train_cfg.persist_optimizer and result.optim is not None:
-            changes["optim"] = {**job.state.optim, "model": result.optim}
-        if personal is not None:
-            changes["personal"] = personal.state
-        job.state = dataclasses.replace(job.state, **changes)
-        stats = FitStats(loss=result.stats.loss, steps=result.stats.steps, examples=result.stats.examples)
-        return Reply(job.cid, self.alg.parts.reply(model, stats), self.train_data[job.cid].num_train)
+    def _fit_chunk(self, rnd: int, cids: list[int], messages: dict[int, Message]
+                   ) -> list[tuple[int, Reply, ClientState]]:
+        """Train one chunk (module docstring), its clients grouped by the shape of their Work (MOON's first round
+        has no previous model); returns each client's reply and new state, in the chunk's order."""
+        rngs = [ClientRng(self.exp.config.seed, rnd, cid, "fit") for cid in cids]
+        lanes = [self._lane(cid, rnd, messages[cid], self.states[cid], rng)
+                 for cid, rng in zip(cids, rngs, strict=True)]
+        groups: dict[tuple[tuple[str, str], ...], list[int]] = {}
+        for i, lane in enumerate(lanes):
+            groups.setdefault(shape_key(lane.work), []).append(i)
+        done: dict[int, tuple[int, Reply, ClientState]] = {}
+        for idx in groups.values():
+            results = self._train(rnd, [cids[i] for i in idx], [rngs[i] for i in idx], [lanes[i] for i in idx])
+            done.update({result[0]: result for result in results})
+        return [done[cid] for cid in cids]
+
+    def _train(self, rnd: int, cids: list[int], rngs: list[ClientRng], lanes: list[LaneWork]
+               ) -> list[tuple[int, Reply, ClientState]]:
+        """Train lanes of one Work shape: the rule, every pass vectorized, then each client's `finish`."""
+        dev = self.exp.device
+        layout = self._check(lanes)
+        state = {k: _stack([lane.states[k] for lane in lanes]).to(dev) for k in lanes[0].states}
+        tensors = {k: _stack([lane.tensors[k] for lane in lanes]) for k in layout.tensors}
+        stats = [FitStats() for _ in cids]
+        optim = [dict(self.states[cid].optim) for cid in cids]
+        for k, local_pass in enumerate(lanes[0].passes):
+            runner = self._runner(lanes[0], local_pass, layout, [self.states[cid].optim for cid in cids], state)
+            streams = [BatchStream(rng, _data_of(lane.passes[k], self.train_data[cid].train), lane.passes[k].train)
+                       for cid, rng, lane in zip(cids, rngs, lanes, strict=True)]
+            labels = [f"{self.alg.name}{'' if local_pass.name == 'local' else ' ' + local_pass.name} client {cid} "
+                      f"round {rnd}" for cid in cids]
+            result = self._guarded(runner.run, streams, tensors, labels)
+            for i, done in enumerate(result.stats):
+                optim[i].update(result.optim[i])
+                stats[i].passes[local_pass.name] = done
+                if local_pass.report:
+                    stats[i].loss, stats[i].steps, stats[i].examples = done.loss, done.steps, done.examples
+        return [self._finish(i, cid, lanes[i], rngs[i], state, stats[i], optim[i]) for i, cid in enumerate(cids)]
+
+    def _finish(self, i: int, cid: int, lane: LaneWork, rng: ClientRng, state: dict[str, torch.Tensor],
+                stats: FitStats, optim: dict[str, Any]) -> tuple[int, Reply, ClientState]:
+        """Lane i's trained tensors back into its Work's modules, then the algorithm's own `finish`."""
+        with torch.no_grad():
+            for f in [f.name for f in dataclasses.fields(lane.work)]:
+                module = getattr(lane.work, f)
+                if isinstance(module, torch.nn.Module):
+                    for n, t in [*module.named_parameters(), *module.named_buffers()]:
+                        t.copy_(state[f"{f}:{n}"][i])
+        with rng.active():
+            reply, new_state = self.alg.finish(lane.work, self.states[cid], stats)
+        new_state = dataclasses.replace(new_state, optim=optim)
+        return cid, Reply(cid, reply, self.train_data[cid].num_train), new_state
+
+
+def _stack(values: list[Any]) -> Any:
+    """Stack lanes' tensors (or tuples of tensors) along a new leading dimension."""
+    if isinstance(values[0], torch.Tensor):
+        return torch.stack(values)
+    return tuple(torch.stack([v[j] for v in values]) for j in range(len(values[0])))
+
+
+def _data_of(local_pass: LocalPass, default: Dataset[Any]) -> Dataset[Any]:
+    """The pass's data: its own, else the client's training split (as `engine.local.run_pass`)."""
+    return local_pass.data if local_pass.data is not None else default

@@ -1,127 +1,141 @@
-"""The client step as a pure function, and its vmapped form over a stack of clients ("lanes").
+"""The algorithm's own loss, evaluated per lane with the lane's tensors, and its vmapped optimizer step.
 
-    step(params, buffers, opt_state, anchor, mu, x, y, sample_mask, active)
-        -> (params', buffers', opt_state', loss)
+`RoutedWork.bound(states, tensors)` re-routes lane 0's Work for one call of a `loss_of`: every module field is
+replaced by the runtime's functional copy of it (BatchNorm -> `MaskedBatchNorm`, norm.py) whose parameters and
+buffers are the lane's (`torch.nn.utils.stateless._reparametrize_module`, so `module.parameters()` and
+`named_parameters()` inside the loss, e.g. FedProx's and Ditto's proximal terms, see the lane's tensors too),
+tensor fields (FedProx's anchor) are the lane's, and the other per-client fields are guards (rule.py, rule 5).
+BatchNorm running statistics come back as outputs, not in-place writes.
 
-is one local optimizer step of one client, the batched counterpart of `engine.local.optimizer_step` on
-`Algorithm.loss`: the loss is the masked mean cross-entropy over the real samples of the (padded) batch plus
-(mu / 2) * sum_p ||p - anchor_p||^2 over the trainable parameters (FedProx's eq. 2, Ditto's personal
-objective; mu = 0 is plain FedAvg); its gradient by `torch.func.grad` through `functional_call`; optional
-gradient clipping; a functional optimizer update (optim.py). BatchNorm running statistics come back as
-outputs (norm.py). A step in which no lane needs padding passes mask None and uses exactly the in-process
-loss (mean cross-entropy) and torch's BatchNorm kernel. A lane whose `active` flag is 0 (a client that has
-finished its steps) keeps its parameters, buffers and optimizer state unchanged: the new values are computed
-and discarded with `torch.where`, which is what lets clients with different step counts share one step.
+`stage_step(...)` is one stage of a `LossStep` for one lane:
 
-`vmap(step)` runs the step for every lane at once; all tensor arguments carry a leading lane dimension.
+    step(grad_state, rest, tensors, opt_state, x, y) -> (new trained parameters, BatchNorm updates, opt_state', loss)
+
+the gradient of `loss_of(x, y)` by `torch.func.grad` with respect to every parameter that requires grad in the
+pass (as in-process, where `p.requires_grad` is what the loss sees), the optimizer's own clipping and
+functional update (optim.py) on that optimizer's parameters only; it is `vmap`ped over a leading lane dimension.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
-from torch.func import functional_call, grad, vmap
+from torch.func import grad, vmap
+from torch.nn.utils.stateless import _reparametrize_module
 
+from fedhet.core.contract import LossFn, Work
 from fedhet.runtimes.batched.norm import BatchNormContext, MaskedBatchNorm, batch_norm_context, convert
 from fedhet.runtimes.batched.optim import FunctionalOptimizer, OptState, Tensors, clip_grad_norm
+from fedhet.runtimes.batched.rule import Guard, GuardedRead, Layout
 
 StepFn = Callable[..., tuple[Tensors, Tensors, OptState, torch.Tensor]]
 
 
 @dataclass
-class FunctionalModel:
-    """A model split into trainable parameters and everything else, callable as f(params, buffers, x, mask).
-
-    `buffers` holds the buffers and any frozen (requires_grad=False) parameters; only BatchNorm buffers
-    change in training, and they come back from `forward` instead of being written in place.
-    """
+class Functional:
+    """The runtime's copy of one module field: BatchNorm swapped for `MaskedBatchNorm` (norm.convert)."""
 
     module: nn.Module
-    bn_layers: list[MaskedBatchNorm]
-    param_names: list[str]  # trainable parameters, in `model.parameters()` order (torch.optim's index order)
-    buffer_names: list[str]
+    layers: list[MaskedBatchNorm]
 
     @classmethod
-    def of(cls, model: nn.Module) -> FunctionalModel:
-        """Convert `model` (a copy is made; the original is untouched)."""
-        module, layers = convert(model)
-        module.train()
-        params = [n for n, p in module.named_parameters() if p.requires_grad]
-        frozen = [n for n, p in module.named_parameters() if not p.requires_grad]
-        buffers = [n for n, _ in module.named_buffers()]
-        return cls(module, layers, params, frozen + buffers)
+    def of(cls, module: nn.Module) -> Functional:
+        converted, layers = convert(module)
+        return cls(converted, layers)
 
-    def forward(self, params: Tensors, buffers: Tensors, x: torch.Tensor, mask: torch.Tensor | None
-                ) -> tuple[torch.Tensor, Tensors]:
-        """Logits and the updated BatchNorm buffers (the others are returned unchanged)."""
-        with batch_norm_context(self.bn_layers, BatchNormContext(mask)) as ctx:
-            logits = functional_call(self.module, (params, buffers), (x,))
-        return logits, {**buffers, **ctx.updates}
+    def follow(self, original: nn.Module) -> None:
+        """Take the original's train / eval mode, module by module (norm.convert keeps the names)."""
+        mine = dict(self.module.named_modules())
+        for name, module in original.named_modules():
+            mine[name].training = module.training
 
 
-def proximal(params: Tensors, anchor: Tensors) -> torch.Tensor:
-    """sum_p ||p - a_p||^2 in parameter order (as `algorithms.fedprox.proximal_term`)."""
-    return torch.stack([(p - anchor[k]).pow(2).sum() for k, p in params.items()]).sum()
+class RoutedWork:
+    """Lane 0's Work, whose per-client fields `bound` replaces by a lane's values for one loss call."""
+
+    def __init__(self, work: Work, layout: Layout, functional: dict[str, Functional]) -> None:
+        self.work, self.layout, self.functional = work, layout, functional
+
+    @contextmanager
+    def bound(self, states: Tensors, tensors: dict[str, Any]) -> Iterator[Tensors]:
+        """Within the block the Work's fields are the lane's; the yielded dict receives, at the block's end, the
+        BatchNorm running-statistic updates, keyed `"field:name"` like `states`."""
+        layout, work = self.layout, self.work
+        saved = {f: getattr(work, f) for f in [*layout.modules, *layout.tensors, *layout.guarded]}
+        per_field: dict[str, Tensors] = {f: {} for f in layout.modules}
+        for key, value in states.items():
+            f, _, name = key.partition(":")
+            per_field[f][name] = value
+        contexts = {f: BatchNormContext(None) for f in layout.modules}
+        updates: Tensors = {}
+        try:
+            with ExitStack() as stack:
+                for f in layout.modules:  # the originals must not run: only the Work's fields are re-routed
+                    stack.callback(saved[f].register_forward_pre_hook(_outside(f)).remove)
+                for f in layout.modules:
+                    fm = self.functional[f]
+                    stack.enter_context(_reparametrize_module(fm.module, per_field[f]))
+                    stack.enter_context(batch_norm_context(fm.layers, contexts[f]))
+                    setattr(work, f, fm.module)
+                for f in layout.tensors:
+                    setattr(work, f, tensors[f])
+                for f in layout.guarded:
+                    setattr(work, f, Guard(f))
+                yield updates
+            for f, ctx in contexts.items():
+                updates.update({f"{f}:{k}": v for k, v in ctx.updates.items()})
+        finally:
+            for f, value in saved.items():
+                setattr(work, f, value)
 
 
-def make_step(model: FunctionalModel, optimizer: FunctionalOptimizer, grad_clip: float | None,
-              use_prox: bool, donate: bool = False) -> StepFn:
-    """The single-client step (see the module docstring); `use_prox` False skips the proximal term. With
-    `donate`, a step with every lane active updates the parameters and optimizer state in place (the caller
-    owns them and uses only the returned values); otherwise the inputs are untouched."""
+def _outside(name: str) -> Callable[..., None]:
+    def refuse(*_: Any) -> None:
+        raise GuardedRead(f"its loss calls the module of work.{name} by another way than the Work field (rule 3)")
 
-    def loss_fn(params: Tensors, buffers: Tensors, anchor: Tensors, mu: torch.Tensor, x: torch.Tensor,
-                y: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, tuple[torch.Tensor, Tensors]]:
-        logits, new_buffers = model.forward(params, buffers, x, mask)
-        if mask is None:  # no padding in this step: the plain mean, as in-process
-            loss = nn.functional.cross_entropy(logits, y)
-        else:
-            w = mask.to(logits.dtype)
-            loss = (nn.functional.cross_entropy(logits, y, reduction="none") * w).sum() / w.sum().clamp_min(1.0)
-        if use_prox:
-            loss = loss + 0.5 * mu * proximal(params, anchor)
-        return loss, (loss.detach(), new_buffers)
+    return refuse
 
-    def step(params: Tensors, buffers: Tensors, opt_state: OptState, anchor: Tensors, mu: torch.Tensor,
-             x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None, active: torch.Tensor | None
-             ) -> tuple[Tensors, Tensors, OptState, torch.Tensor]:
-        grads, (loss, new_buffers) = grad(loss_fn, has_aux=True)(params, buffers, anchor, mu, x, y, mask)
+
+def stage_step(routed: RoutedWork, loss_of: LossFn, opt_keys: list[str], optimizer: FunctionalOptimizer,
+               grad_clip: float | None) -> StepFn:
+    """One stage for one lane (module docstring), vmapped over the lane dimension of every argument. The
+    optimizer's parameters and state are updated in place (donated): the caller passes tensors it owns."""
+
+    def loss_fn(trained: Tensors, rest: Tensors, tensors: dict[str, Any], x: torch.Tensor, y: torch.Tensor
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, Tensors]]:
+        with routed.bound({**rest, **trained}, tensors) as updates:
+            loss = loss_of(x, y)
+        return loss, (loss.detach(), updates)
+
+    def step(trained: Tensors, rest: Tensors, tensors: dict[str, Any], opt_state: OptState, x: torch.Tensor,
+             y: torch.Tensor) -> tuple[Tensors, Tensors, OptState, torch.Tensor]:
+        grads, (loss, updates) = grad(loss_fn, has_aux=True)(trained, rest, tensors, x, y)
+        own = {k: grads[k] for k in opt_keys}
         if grad_clip is not None:
-            grads = clip_grad_norm(grads, grad_clip)
-        if active is None:  # every lane steps: nothing to keep, so the step may update its inputs in place
-            new_params, new_state = optimizer.update(params, grads, opt_state, donate=donate)
-            return new_params, new_buffers, new_state, loss
-        new_params, new_state = optimizer.update(params, grads, opt_state)
-        keep = _keep(active)
-        return (keep(new_params, params), keep(new_buffers, buffers),
-                {slot: keep(new_state[slot], opt_state[slot]) for slot in opt_state}, loss)
+            own = clip_grad_norm(own, grad_clip)
+        new_params, new_state = optimizer.update({k: trained[k] for k in opt_keys}, own, opt_state, donate=True)
+        return new_params, updates, new_state, loss
 
-    return step
+    return vmap(step)
 
 
-def _keep(active: torch.Tensor) -> Callable[[Tensors, Tensors], Tensors]:
-    """new where active else old, entry by entry."""
-
-    def select(new: Tensors, old: Tensors) -> Tensors:
-        return {k: torch.where(active, new[k], old[k]) for k in old}
-
-    return select
+Cache = dict[str, tuple[nn.Module, Functional]]
 
 
-def vmapped_step(model: FunctionalModel, optimizer: FunctionalOptimizer, grad_clip: float | None,
-                 use_prox: bool, donate: bool = False) -> StepFn:
-    """`make_step` vectorized over a leading lane dimension of every argument; the sample mask and the active
-    flags may be None (no padding in this step; every lane active), which skips the masking work."""
-    step = make_step(model, optimizer, grad_clip, use_prox, donate)
-    mapped: dict[tuple[int | None, ...], StepFn] = {}
-
-    def run(*args: object) -> tuple[Tensors, Tensors, OptState, torch.Tensor]:
-        in_dims = tuple(None if a is None else 0 for a in args)
-        if in_dims not in mapped:
-            mapped[in_dims] = vmap(step, in_dims=in_dims)
-        return mapped[in_dims](*args)
-
-    return run
+def functional_copies(work: Work, layout: Layout, cache: Cache) -> dict[str, Functional]:
+    """The functional copy of each module field (built once per field and module object), in the field's current
+    train / eval modes."""
+    out = {}
+    for f in layout.modules:
+        original: nn.Module = getattr(work, f)
+        if f not in cache or cache[f][0] is not original:
+            cache[f] = (original, Functional.of(original))
+        fm = cache[f][1]
+        fm.follow(original)
+        out[f] = fm
+    return out
