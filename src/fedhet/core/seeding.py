@@ -50,3 +50,12 @@ def seeded(seed: int, *keys: int | str) -> Iterator[None]:
         random.setstate(state[2])
         if cuda_state is not None:
             torch.cuda.set_rng_state_all(cuda_state)
+
+
+FIT, EVALUATE = "fit", "evaluate"
+
+
+def client_stream(seed: int, rnd: int, client_id: int, purpose: str) -> tuple[int, int, int, str]:
+    """The keys of one client's random stream in a round: (run seed, round, client, FIT | EVALUATE). Every
+    runtime seeds a client's fit / evaluation from these, so they draw the same numbers."""
+    return seed, rnd, client_id, purpose

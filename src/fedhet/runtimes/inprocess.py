@@ -8,7 +8,7 @@ from torch.utils.data import Dataset
 
 from fedhet.core.contract import ClientState
 from fedhet.core.messages import Message, Reply
-from fedhet.core.seeding import seeded
+from fedhet.core.seeding import EVALUATE, FIT, client_stream, seeded
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.local import evaluate_client, fit_client
 
@@ -31,7 +31,7 @@ class InProcessClients:
         replies, new_states = [], dict(self.states)
         for cid, msg in messages.items():
             ctx = self.exp.context(cid, rnd, self.train_data[cid])
-            with seeded(self.exp.config.seed, rnd, cid, "fit"):
+            with seeded(*client_stream(self.exp.config.seed, rnd, cid, FIT)):
                 out, new_states[cid] = fit_client(self.alg, msg, self.states[cid], ctx)
             replies.append(Reply(cid, out, ctx.data.num_train))
         self.states = new_states
@@ -46,7 +46,7 @@ class InProcessClients:
                 continue
             state = self.states[self.exp.arrangement.state_of[cid]]
             ctx = self.exp.context(cid, rnd)
-            with seeded(self.exp.config.seed, rnd, cid, "evaluate"):
+            with seeded(*client_stream(self.exp.config.seed, rnd, cid, EVALUATE)):
                 results[client.name] = evaluate_client(self.alg, messages[cid], state, ctx, dataset)
         return results
 

@@ -22,6 +22,7 @@ from torch.utils.data import Dataset
 
 from fedhet.core.contract import ClientState, FitStats, LocalPass
 from fedhet.core.messages import Message, Reply
+from fedhet.core.seeding import FIT, client_stream
 from fedhet.engine.experiment import Experiment
 from fedhet.runtimes.batched.data import BatchStream, ClientRng
 from fedhet.runtimes.batched.lanes import PassRunner
@@ -125,7 +126,7 @@ class BatchedClients(InProcessClients):
                    ) -> list[tuple[int, Reply, ClientState]]:
         """Train one chunk (module docstring), its clients grouped by the shape of their Work (MOON's first round
         has no previous model); returns each client's reply and new state, in the chunk's order."""
-        rngs = [ClientRng(self.exp.config.seed, rnd, cid, "fit") for cid in cids]
+        rngs = [ClientRng(*client_stream(self.exp.config.seed, rnd, cid, FIT)) for cid in cids]
         lanes = [self._lane(cid, rnd, messages[cid], self.states[cid], rng)
                  for cid, rng in zip(cids, rngs, strict=True)]
         groups: dict[tuple[tuple[str, str], ...], list[int]] = {}

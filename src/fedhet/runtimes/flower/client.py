@@ -31,7 +31,7 @@ from flwr.app import Message as FlowerMessage
 from fedhet.algorithms import ClientState
 from fedhet.atomic import atomic_write_bytes
 from fedhet.config import load_config
-from fedhet.core.seeding import seeded
+from fedhet.core.seeding import EVALUATE, FIT, client_stream, seeded
 from fedhet.engine.checkpoint import fingerprint
 from fedhet.engine.experiment import Experiment, build_experiment
 from fedhet.engine.local import evaluate_client, fit_client
@@ -187,7 +187,7 @@ def train_content(content: RecordDict, context: Context, setup: ClientSetup | di
     rnd = int(meta["round"])
     state = load_state(context, exp, setup, cid, state_round)
     ctx = exp.context(cid, rnd, exp.data.clients[cid])
-    with seeded(exp.config.seed, rnd, cid, "fit"):
+    with seeded(*client_stream(exp.config.seed, rnd, cid, FIT)):
         out, new_state = fit_client(exp.algorithm, request, state, ctx)
     save_state(context, setup, cid, rnd, new_state)
     return to_content(out, client=cid, **{"num-examples": ctx.data.num_train})
@@ -202,7 +202,7 @@ def evaluate_content(content: RecordDict, context: Context, setup: ClientSetup |
     if dataset is None:
         return metrics_content(None)
     state = load_state(context, exp, setup, cid, state_round)
-    with seeded(exp.config.seed, rnd, cid, "evaluate"):
+    with seeded(*client_stream(exp.config.seed, rnd, cid, EVALUATE)):
         metrics = evaluate_client(exp.algorithm, request, state, exp.context(cid, rnd), dataset)
     return metrics_content(metrics)
 
