@@ -1,4 +1,4 @@
-"""Each client's mini-batches, drawn exactly as the in-process runtime draws them, then padded and stacked.
+"""Each client's mini-batches, drawn exactly as the in-process runtime draws them.
 
 In-process, a client's fit runs inside `seeded(seed, round, client, "fit")`, and `engine.local.batches`
 shuffles (DataLoader's RandomSampler) and augments (torchvision transforms) from torch's global RNG, which
@@ -9,8 +9,7 @@ client happen in the same order against the same RNG, and nothing else consumes 
 (the batched step itself draws no random numbers: dropout is rejected, see norm.py). A client's second pass
 (Ditto's personal model) continues the same RNG, as in-process.
 
-Only one step's batch per client is in memory at a time; `stack_batches` pads a step's batches to a common
-size with zeros and returns the sample mask (1 = real sample).
+Only one step's batch per client is in memory at a time.
 """
 
 from __future__ import annotations
@@ -79,24 +78,3 @@ class BatchStream:
         self.drawn += 1
         return batch
 
-
-def stack_batches(items: list[Batch | None], like: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Pad the lanes' batches to the largest one and stack: (x, y, sample mask), each with a lane dimension.
-
-    A lane without a batch (None: its client has finished) gets an all-padding batch shaped like `like`.
-    """
-    size = max(len(b[1]) for b in items if b is not None) if any(b is not None for b in items) else len(like[1])
-    x_like, y_like = like
-    xs, ys, masks = [], [], []
-    for b in items:
-        x, y = b if b is not None else (x_like[:0], y_like[:0])
-        pad = size - len(y)
-        if pad:
-            x = torch.cat([x, x.new_zeros((pad, *x.shape[1:]))])
-            y = torch.cat([y, y.new_zeros(pad)])
-        xs.append(x)
-        ys.append(y)
-        mask = torch.zeros(size)
-        mask[: size - pad] = 1.0
-        masks.append(mask)
-    return torch.stack(xs), torch.stack(ys), torch.stack(masks)

@@ -7,8 +7,8 @@ Per lane, a step keeps
   - the buffers (BatchNorm statistics), twice (old and new);
   - activations: the outputs of every leaf module for one mini-batch, measured once with forward hooks on a
     single sample, times the batch size, times 3 (saved for backward, their gradients, and the temporaries
-    of the masked BatchNorm and vmap's batching rules);
-  - the padded input batch.
+    of the functional BatchNorm and vmap's batching rules);
+  - the stacked input batch.
 This is an estimate (allocator slack and kernel workspaces are not counted), deliberately on the high side.
 
 The budget is `run.batched_memory_mb` when set; else, on CUDA, 70 % of the free device memory at the start

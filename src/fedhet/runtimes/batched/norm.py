@@ -1,24 +1,15 @@
-"""BatchNorm for the batched runtime: batch statistics over the valid samples only, running stats returned.
+"""BatchNorm for the batched runtime: torch's BatchNorm kernel, with the running statistics returned.
 
-Two things stop `torch.nn.BatchNorm*` from working as-is inside a vmapped, padded client step:
-
-1. Ragged batches are padded to a common size (lanes.py), and the padding must not enter the batch
-   statistics. `MaskedBatchNorm` computes them manually over the samples whose mask is 1:
-       mean = sum_i m_i x_i / n,  var = sum_i m_i (x_i - mean)^2 / n,  n = sum_i m_i * (spatial size),
-   normalises with the biased variance and updates the running statistics with the unbiased one, exactly as
-   `F.batch_norm` does in training mode (Ioffe & Szegedy 2015; torch's momentum convention
-   r <- (1 - momentum) r + momentum * stat, or the cumulative average 1 / num_batches_tracked when
-   momentum is None). With every mask 1 it equals torch's BatchNorm up to float rounding; a step without any
-   padding (mask None: every lane's batch is full) uses torch's own `F.batch_norm` kernel for the output and
-   its gradient, so only the padded steps differ from in-process training by float rounding.
-2. torch's BatchNorm updates its running buffers in place; under `functional_call` + `vmap` + `grad` those
-   writes would go to per-call tensors that the caller never sees. `MaskedBatchNorm` instead writes the new
-   (detached) running statistics into a collector dict that the client step returns as an output, so the
-   per-client BN state is an explicit input and output of the step (no in-place buffer updates at all).
-
-The sample mask and the collector reach the layers through `BatchNormContext`, set for one forward call.
-In eval mode the layer normalises with its running statistics (or with batch statistics when it does not
-track them), like torch.
+torch's BatchNorm updates its running buffers in place; under `functional_call` + `vmap` + `grad` those writes
+would go to per-call tensors that the caller never sees. `FunctionalBatchNorm` normalises with torch's own
+`F.batch_norm` kernel (so the output and its gradient are bit-exact with in-process training) and writes the
+new (detached) running statistics into a collector that the client step returns as an output: the per-client
+BN state is an explicit input and output of the step, with no in-place buffer update. The update is torch's
+(Ioffe & Szegedy 2015; r <- (1 - momentum) r + momentum * stat with the unbiased batch variance, or the
+cumulative average 1 / num_batches_tracked when momentum is None). The collector reaches the layers through
+`BatchNormContext`, set for one forward call. In eval mode the layer normalises with its running statistics
+(or with batch statistics when it does not track them), like torch. Lanes are never padded (lanes.py groups
+them by batch size), so the statistics are always over a lane's real samples.
 """
 
 from __future__ import annotations
@@ -36,15 +27,14 @@ from fedhet.errors import ConfigError
 
 @dataclass
 class BatchNormContext:
-    """What the BatchNorm layers see during one forward call: the sample mask and where to put new stats."""
+    """Where the BatchNorm layers put their new running statistics during one forward call."""
 
-    mask: torch.Tensor | None  # (B,) 1 for real samples, 0 for padding; None: no padding in this step
     updates: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-class MaskedBatchNorm(nn.Module):
-    """A drop-in for BatchNorm1d/2d/3d (same parameters, buffers and state-dict keys) with masked batch
-    statistics and functional running-stat updates (see the module docstring)."""
+class FunctionalBatchNorm(nn.Module):
+    """A drop-in for BatchNorm1d/2d/3d (same parameters, buffers and state-dict keys) whose running-stat updates
+    are returned, not written in place (see the module docstring)."""
 
     # Registered only when the wrapped layer has them (affine; track_running_stats), as in torch.
     weight: nn.Parameter
@@ -74,7 +64,9 @@ class MaskedBatchNorm(nn.Module):
         shape = self._shape(x)
         ctx = self.context
         use_batch = self.training or not self.track_running_stats
-        if use_batch and ctx is not None and ctx.mask is None:  # no padding: torch's own kernel (bit-exact)
+        if use_batch:
+            if ctx is None:
+                raise RuntimeError("FunctionalBatchNorm needs a BatchNormContext (see step.py)")
             y = nn.functional.batch_norm(x, None, None, self.weight if self.affine else None,
                                          self.bias if self.affine else None, True, 0.0, self.eps)
             if self.training and self.track_running_stats:
@@ -84,21 +76,7 @@ class MaskedBatchNorm(nn.Module):
                     var, mean = torch.var_mean(x.detach(), dims, correction=0)
                 self._record(ctx, mean, var * (n / max(n - 1, 1)))
             return y
-        if use_batch:
-            if ctx is None or ctx.mask is None:  # a None mask with a context returned above
-                raise RuntimeError("MaskedBatchNorm needs a BatchNormContext (use FunctionalModel.forward)")
-            dims = [0] + list(range(2, x.dim()))
-            w = ctx.mask.to(x.dtype).reshape([-1] + [1] * (x.dim() - 1))
-            per_sample = x[0].numel() // x.shape[1]  # spatial positions per sample and channel
-            count = (w.sum() * per_sample).clamp_min(1.0)
-            mean = (x * w).sum(dims) / count
-            centred = x - mean.reshape(shape)
-            var = (centred * centred * w).sum(dims) / count
-            y = centred / torch.sqrt(var + self.eps).reshape(shape)
-            if self.training and self.track_running_stats:
-                self._record(ctx, mean.detach(), (var * count / (count - 1).clamp_min(1.0)).detach())
-        else:
-            y = (x - self.running_mean.reshape(shape)) / torch.sqrt(self.running_var + self.eps).reshape(shape)
+        y = (x - self.running_mean.reshape(shape)) / torch.sqrt(self.running_var + self.eps).reshape(shape)
         if self.affine:
             y = y * self.weight.reshape(shape) + self.bias.reshape(shape)
         return y
@@ -122,15 +100,15 @@ class MaskedBatchNorm(nn.Module):
 STATEFUL_OK = (nn.modules.batchnorm._BatchNorm,)
 
 
-def convert(model: nn.Module) -> tuple[nn.Module, list[MaskedBatchNorm]]:
-    """A deep copy of `model` whose BatchNorm layers are `MaskedBatchNorm`s (same keys and values).
+def convert(model: nn.Module) -> tuple[nn.Module, list[FunctionalBatchNorm]]:
+    """A deep copy of `model` whose BatchNorm layers are `FunctionalBatchNorm`s (same keys and values).
 
     Raises a ConfigError for layers the batched step cannot reproduce: train-mode dropout (it draws from
     torch's global RNG between mini-batches, which in-process training interleaves with data shuffling) and
     layers other than BatchNorm that keep buffers (their updates would be lost).
     """
     model = copy.deepcopy(model)
-    layers: list[MaskedBatchNorm] = []
+    layers: list[FunctionalBatchNorm] = []
     for name, module in list(model.named_modules()):
         if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
             raise ConfigError(f"layer '{name}' is dropout with p={module.p}: its random masks cannot be reproduced "
@@ -138,7 +116,7 @@ def convert(model: nn.Module) -> tuple[nn.Module, list[MaskedBatchNorm]]:
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
             if isinstance(module, nn.SyncBatchNorm):
                 raise ConfigError(f"layer '{name}' is SyncBatchNorm; run.runtime=batched supports BatchNorm1d/2d/3d")
-            new = MaskedBatchNorm(module, f"{name}." if name else "")
+            new = FunctionalBatchNorm(module, f"{name}." if name else "")
             _set_submodule(model, name, new)
             layers.append(new)
         elif not isinstance(module, STATEFUL_OK) and any(True for _ in module.buffers(recurse=False)):
@@ -154,8 +132,8 @@ def _set_submodule(root: nn.Module, dotted: str, new: nn.Module) -> None:
 
 
 @contextmanager
-def batch_norm_context(layers: list[MaskedBatchNorm], ctx: BatchNormContext) -> Iterator[BatchNormContext]:
-    """Give every MaskedBatchNorm `ctx` for the duration of one forward call."""
+def batch_norm_context(layers: list[FunctionalBatchNorm], ctx: BatchNormContext) -> Iterator[BatchNormContext]:
+    """Give every FunctionalBatchNorm `ctx` for the duration of one forward call."""
     for layer in layers:
         layer.context = ctx
     try:

@@ -16,7 +16,7 @@ The arithmetic follows torch.optim's single-tensor code path operation by operat
 - `clip_grad_norm` is `torch.nn.utils.clip_grad_norm_` (total 2-norm, coefficient max_norm / (norm + 1e-6)
   clamped at 1).
 
-The state holds a per-client `step` count: a client masked out of a step keeps its old state (see lanes.py),
+The state holds a per-client `step` count: a client that sits out a step keeps its old state (see lanes.py),
 so clients may have taken different numbers of steps. `to_torch` / `from_torch` convert one client's state
 to and from `torch.optim.Optimizer.state_dict()` format (parameters indexed in `params` order), so a
 persisted optimizer state (`train.persist_optimizer`) moves freely between this runtime and the in-process one.

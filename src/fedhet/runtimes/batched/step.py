@@ -1,7 +1,7 @@
 """The algorithm's own loss, evaluated per lane with the lane's tensors, and its vmapped optimizer step.
 
 `RoutedWork.bound(states, tensors)` re-routes lane 0's Work for one call of a `loss_of`: every module field is
-replaced by the runtime's functional copy of it (BatchNorm -> `MaskedBatchNorm`, norm.py) whose parameters and
+replaced by the runtime's functional copy of it (BatchNorm -> `FunctionalBatchNorm`, norm.py) whose parameters and
 buffers are the lane's (`torch.nn.utils.stateless._reparametrize_module`, so `module.parameters()` and
 `named_parameters()` inside the loss, e.g. FedProx's and Ditto's proximal terms, see the lane's tensors too),
 tensor fields (FedProx's anchor) are the lane's, and the other per-client fields are guards (rule.py, rule 5).
@@ -29,7 +29,7 @@ from torch.func import grad, vmap
 from torch.nn.utils.stateless import _reparametrize_module
 
 from fedhet.core.contract import LossFn, Work
-from fedhet.runtimes.batched.norm import BatchNormContext, MaskedBatchNorm, batch_norm_context, convert
+from fedhet.runtimes.batched.norm import BatchNormContext, FunctionalBatchNorm, batch_norm_context, convert
 from fedhet.runtimes.batched.optim import FunctionalOptimizer, OptState, Tensors, clip_grad_norm
 from fedhet.runtimes.batched.rule import Guard, GuardedRead, Layout
 
@@ -38,10 +38,10 @@ StepFn = Callable[..., tuple[Tensors, Tensors, OptState, torch.Tensor]]
 
 @dataclass
 class Functional:
-    """The runtime's copy of one module field: BatchNorm swapped for `MaskedBatchNorm` (norm.convert)."""
+    """The runtime's copy of one module field: BatchNorm swapped for `FunctionalBatchNorm` (norm.convert)."""
 
     module: nn.Module
-    layers: list[MaskedBatchNorm]
+    layers: list[FunctionalBatchNorm]
 
     @classmethod
     def of(cls, module: nn.Module) -> Functional:
@@ -71,7 +71,7 @@ class RoutedWork:
         for key, value in states.items():
             f, _, name = key.partition(":")
             per_field[f][name] = value
-        contexts = {f: BatchNormContext(None) for f in layout.modules}
+        contexts = {f: BatchNormContext() for f in layout.modules}
         updates: Tensors = {}
         try:
             with ExitStack() as stack:
