@@ -52,3 +52,45 @@ def test_worker_answers_and_reports_failures() -> None:
 def test_missing_worker_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(RuntimeError, match="no fedhet worker answers at .*fedhet flower worker --socket"):
         node_app.forward("query", RecordDict(), _context(str(tmp_path / "absent.sock")))
+
+
+def test_worker_channel_refuses_a_peer_without_the_key_before_unpickling(tmp_path) -> None:
+    """A local process that cannot read `<socket>.key` cannot make the worker unpickle anything: a crafted
+    pickle (one that would run code when loaded) sent without the key is refused at the HMAC challenge, and the
+    worker goes on serving the ClientApp, which has the key."""
+    import pickle
+    import stat
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Client
+
+    from fedhet.runtimes.flower.worker_key import key_path
+
+    sock = Path(tempfile.mkdtemp(prefix="fedhet-test-w-")) / "node.sock"
+    worker, ready = Worker(sock), threading.Event()
+    threading.Thread(target=worker.serve, args=(ready,), daemon=True).start()
+    assert ready.wait(10)
+    marker = tmp_path / "pwned"
+
+    class Crafted:
+        def __reduce__(self):  # unpickling this calls open(marker, "w")
+            return (open, (str(marker), "w"))
+
+    try:
+        assert stat.S_IMODE(key_path(sock).stat().st_mode) == 0o600
+        for key in (None, b"wrong key"):
+            with pytest.raises((AuthenticationError, EOFError, ConnectionError, pickle.UnpicklingError)):
+                conn = Client(str(sock), family="AF_UNIX", authkey=key)
+                conn.send_bytes(pickle.dumps(("query", Crafted(), None)))
+                conn.recv()
+        assert not marker.exists()
+        assert node_app.forward("query", RecordDict(), _context(str(sock)))["fedhet"]["client"] == 1
+    finally:
+        worker.stop()
+    assert not key_path(sock).exists()
+
+
+def test_a_missing_worker_key_is_a_clear_error(tmp_path) -> None:
+    sock = tmp_path / "node.sock"
+    sock.touch()  # a socket path exists, but no key beside it (another user's worker, or a stale path)
+    with pytest.raises(RuntimeError, match="cannot read the fedhet worker's key .*fedhet flower worker --socket"):
+        node_app.forward("query", RecordDict(), _context(str(sock)))

@@ -9,17 +9,21 @@ content and the node's `Context` (its `state` included) go to that long-lived wo
 like the simulation engine's actors; the reply content and the updated `context.state` come back. Without a
 worker, the message is answered here by the full client (`fedhet.runtimes.flower.client`), imported on first use.
 
-The socket is a Unix domain socket: worker and SuperNode run on the same machine, and the socket's folder
-permissions decide who may talk to it (a folder the worker creates is 0700; put the socket in one).
+The socket is a Unix domain socket: worker and SuperNode run on the same machine. The channel is
+authenticated with a key the worker writes beside its socket (`<socket>.key`, mode 0600): only a process of
+the user running the worker can connect, and nothing is unpickled before the key is proven.
 """
 
 from __future__ import annotations
 
 from multiprocessing.connection import Client
+from pathlib import Path
 from typing import Any
 
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
+
+from fedhet.runtimes.flower.worker_key import read_key
 
 WORKER_KEY = "fedhet-worker"  # node config key: the worker's socket path
 
@@ -28,7 +32,9 @@ def forward(kind: str, content: RecordDict, context: Context) -> RecordDict:
     """Send one message to the node's worker; its reply content (`context.state` replaced by the worker's)."""
     address = str(context.node_config[WORKER_KEY])
     try:
-        conn = Client(address, family="AF_UNIX")
+        if not Path(address).exists():
+            raise FileNotFoundError(2, "no such socket")
+        conn = Client(address, family="AF_UNIX", authkey=read_key(address))
     except OSError as err:
         raise RuntimeError(f"no fedhet worker answers at {address} ({err}); start `fedhet flower worker --socket "
                            f"{address}` beside this SuperNode, or remove {WORKER_KEY} from its node config") from err

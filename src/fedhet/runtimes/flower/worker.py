@@ -8,8 +8,12 @@ message. The client's state still lives in Flower's `context.state` and the run'
 a restarted worker, or a node without one, continues exactly where the run is.
 
 Request: (kind, content, context) with kind train | evaluate | query; reply: ("ok", content, context.state) or
-("error", "<type>: <message>", None). A failed message is logged here and raised by the ClientApp, so Flower
-reports it to the ServerApp, whose fault handling decides (docs/flower.md, "Faults").
+("error", "<type>: <message>", None). The channel is authenticated before anything is unpickled: the worker
+writes a fresh random key to `<socket>.key` (mode 0600, readable only by the user running it) and accepts a
+connection only after the HMAC challenge of `multiprocessing.connection` with that key succeeds, so a local
+process that cannot read the key cannot make the worker unpickle anything (worker_key.py). A failed message
+is logged here and raised by the ClientApp, so Flower reports it to the ServerApp, whose fault handling
+decides (docs/flower.md, "Faults").
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import logging
 import os
 import threading
 import traceback
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
 from typing import Any
@@ -26,6 +31,7 @@ from flwr.app import Context, RecordDict
 
 from fedhet.runtimes.flower import client
 from fedhet.runtimes.flower.app import FlowerSettings
+from fedhet.runtimes.flower.worker_key import key_path, write_key
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +54,24 @@ class Worker:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._stop = threading.Event()
+        self._key = b""  # written by `serve`
 
     def serve(self, ready: threading.Event | None = None) -> None:
         if not self.path.parent.exists():  # a folder it creates is private; an existing one is left as it is
             self.path.parent.mkdir(parents=True, mode=0o700)
         self.path.unlink(missing_ok=True)
-        with Listener(str(self.path), family="AF_UNIX") as listener:
+        self._key = write_key(self.path)
+        with Listener(str(self.path), family="AF_UNIX", authkey=self._key) as listener:
             log.info("fedhet worker listening on %s (pid %d)", self.path, os.getpid())
             if ready is not None:
                 ready.set()
             while not self._stop.is_set():
-                with listener.accept() as conn:
+                try:
+                    conn = listener.accept()
+                except (AuthenticationError, EOFError, OSError) as err:  # refused before anything is unpickled
+                    log.warning("worker: refused a connection that did not authenticate (%s)", err)
+                    continue
+                with conn:
                     try:
                         request = conn.recv()
                     except (EOFError, OSError):
@@ -72,11 +85,12 @@ class Worker:
                     except OSError as err:  # the ClientApp died meanwhile (e.g. its SuperNode was killed)
                         log.warning("worker: could not send the reply (%s); the message is lost", err)
         self.path.unlink(missing_ok=True)
+        key_path(self.path).unlink(missing_ok=True)
 
     def stop(self) -> None:
         """Make `serve` return (it wakes the listener with one empty connection)."""
         self._stop.set()
         try:
-            Client(str(self.path), family="AF_UNIX").close()
-        except OSError:
+            Client(str(self.path), family="AF_UNIX", authkey=self._key).close()
+        except (OSError, AuthenticationError):
             pass
