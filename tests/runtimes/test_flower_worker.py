@@ -67,7 +67,8 @@ def test_worker_channel_refuses_a_peer_without_the_key_before_unpickling(tmp_pat
 
     sock = Path(tempfile.mkdtemp(prefix="fedhet-test-w-")) / "node.sock"
     worker, ready = Worker(sock), threading.Event()
-    threading.Thread(target=worker.serve, args=(ready,), daemon=True).start()
+    thread = threading.Thread(target=worker.serve, args=(ready,), daemon=True)
+    thread.start()
     assert ready.wait(10)
     marker = tmp_path / "pwned"
 
@@ -86,7 +87,8 @@ def test_worker_channel_refuses_a_peer_without_the_key_before_unpickling(tmp_pat
         assert node_app.forward("query", RecordDict(), _context(str(sock)))["fedhet"]["client"] == 1
     finally:
         worker.stop()
-    assert not key_path(sock).exists()
+        thread.join(10)
+    assert not thread.is_alive() and not key_path(sock).exists()
 
 
 def test_a_missing_worker_key_is_a_clear_error(tmp_path) -> None:
