@@ -57,15 +57,11 @@ class PassOptimizers:
                 self.optims[name].load_state_dict(copy.deepcopy(saved[name]))
 
     def step(self, loss: torch.Tensor, name: str = "model") -> None:
-        spec, opt = self.specs[name], self.optims[name]
+        opt = self.optims[name]
         check_finite(loss, self.where if name == "model" else f"{self.where} ({name})")
         opt.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]  # torch's stub leaves Tensor.backward untyped
-        if spec.after_backward is not None:
-            spec.after_backward()
-        if spec.grad_clip is not None:
-            nn.utils.clip_grad_norm_(spec.params, spec.grad_clip)
-        opt.step()
+        self._apply(name)
 
     def step_each(self, losses: dict[str, torch.Tensor]) -> None:
         for name, loss in losses.items():
@@ -73,14 +69,18 @@ class PassOptimizers:
         grads = {name: torch.autograd.grad(loss, list(self.specs[name].params), retain_graph=True, allow_unused=True)
                  for name, loss in losses.items()}
         for name, gs in grads.items():
-            spec = self.specs[name]
-            for param, g in zip(spec.params, gs, strict=True):
+            for param, g in zip(self.specs[name].params, gs, strict=True):
                 param.grad = g
-            if spec.after_backward is not None:
-                spec.after_backward()
-            if spec.grad_clip is not None:
-                nn.utils.clip_grad_norm_(spec.params, spec.grad_clip)
-            self.optims[name].step()
+            self._apply(name)
+
+    def _apply(self, name: str) -> None:
+        """With the gradients in place: the gradient edit, clipping, then the optimizer `name` steps."""
+        spec = self.specs[name]
+        if spec.after_backward is not None:
+            spec.after_backward()
+        if spec.grad_clip is not None:
+            nn.utils.clip_grad_norm_(spec.params, spec.grad_clip)
+        self.optims[name].step()
 
     def persisted(self) -> dict[str, dict[str, Any]]:
         """Copies of the states of the optimizers marked `persist`."""

@@ -225,15 +225,12 @@ class RoundLoop:
                 self.stop_at_last_commit(signals)
                 raise Interrupted(f"interrupted after round {self.round}; checkpoint written to "
                                   f"{self.dir.latest_checkpoint}. Continue with --resume.") from err
-            except ClientsFailed:
+            except (ClientsFailed, TrainingDivergedError) as err:
                 bar.close()
                 self.stop_at_last_commit(signals)
-                raise
-            except TrainingDivergedError:
-                bar.close()
-                self.stop_at_last_commit(signals)
-                log.info("training diverged in round %d; the checkpoint of round %d is in %s",
-                         self.round + 1, self.round, self.dir.latest_checkpoint)
+                if isinstance(err, TrainingDivergedError):
+                    log.info("training diverged in round %d; the checkpoint of round %d is in %s",
+                             self.round + 1, self.round, self.dir.latest_checkpoint)
                 raise
         bar.close()
         return self.finish()
