@@ -1,13 +1,12 @@
 """Flower ServerApp / ClientApp for any fedhet algorithm.
 
 `flwr run` loads the module-level `server_app` and `client_app`; they read the experiment from the run
-config (`fedhet-config`: the resolved config as JSON, `run-dir`: where the server writes results). The
+config (fedhet's config as flat dotted keys, see run_config; `run-dir`: where the server writes results). The
 simulation binds the same settings directly with `make_server_app(settings)` / `make_client_app(settings)`.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,8 @@ from fedhet.engine.loop import RunResult
 from fedhet.engine.rundir import RunDirectory, start_check
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower import client, round_loop
+from fedhet.runtimes.flower.records import QUERY_ACTION
+from fedhet.runtimes.flower.run_config import RunConfigValue, experiment_run_config, read_run_config
 
 
 @dataclass
@@ -40,28 +41,27 @@ class FlowerSettings:
     client_state_dir: str = ""  # where clients keep their per-round states ('' = context.state only)
     resume: bool = False  # continue from the run directory's checkpoint
     stop_after: int = 0  # stop (with a checkpoint) after this round; 0 = run all rounds
-    progress: bool = False
+    progress: bool = True  # one line per round on stdout (the ServerApp's log)
     results: list[RunResult] = field(default_factory=list, repr=False)  # filled by the server (same process)
     errors: list[BaseException] = field(default_factory=list, repr=False)  # why the server stopped, if it did
     stop_event: threading.Event = field(default_factory=threading.Event, repr=False)  # set: checkpoint and stop
     finished: threading.Event = field(default_factory=threading.Event, repr=False)  # set when run_server returns
 
-    def to_run_config(self) -> dict[str, str | float | int | bool]:
-        """As Flower run config values (flat scalars)."""
-        return {"fedhet-config": json.dumps(self.config), "run-dir": self.run_dir,
-                "wait-for-nodes": self.wait_for_nodes, "poll-interval": self.poll_interval,
-                "client-state-dir": self.client_state_dir, "resume": self.resume, "stop-after": self.stop_after}
+    def to_run_config(self) -> dict[str, RunConfigValue]:
+        """As Flower run-config values: the experiment as flat dotted keys (run_config.py) plus the runtime keys."""
+        runtime = {"run-dir": self.run_dir, "wait-for-nodes": self.wait_for_nodes, "poll-interval": self.poll_interval,
+                   "client-state-dir": self.client_state_dir, "resume": self.resume, "stop-after": self.stop_after}
+        return {**experiment_run_config(self.config), **runtime}
 
     @classmethod
     def from_run_config(cls, run_config: dict[str, Any]) -> FlowerSettings:
-        if "fedhet-config" not in run_config:
-            raise FedhetError("the Flower run config has no 'fedhet-config'; start runs with `fedhet flower deploy` "
-                              "or pass --run-config \"fedhet-config='<json>' run-dir='<path>'\"")
-        return cls(config=json.loads(str(run_config["fedhet-config"])), run_dir=str(run_config.get("run-dir", "")),
-                   wait_for_nodes=float(run_config.get("wait-for-nodes", 300.0)),
-                   poll_interval=float(run_config.get("poll-interval", 0.2)),
-                   client_state_dir=str(run_config.get("client-state-dir", "")),
-                   resume=bool(run_config.get("resume", False)), stop_after=int(run_config.get("stop-after", 0)))
+        """The settings of a Flower run config (as `flwr run --run-config` left it); ConfigError naming a bad key."""
+        config, runtime = read_run_config(run_config)
+        return cls(config=config, run_dir=runtime.get("run-dir", ""),
+                   wait_for_nodes=runtime.get("wait-for-nodes", 300.0),
+                   poll_interval=runtime.get("poll-interval", 0.2),
+                   client_state_dir=runtime.get("client-state-dir", ""),
+                   resume=runtime.get("resume", False), stop_after=runtime.get("stop-after", 0))
 
     def client_setup(self) -> client.ClientSetup:
         return client.ClientSetup(config=self.config, run_dir=self.run_dir, state_dir=self.client_state_dir)
@@ -125,7 +125,7 @@ def make_client_app(settings: FlowerSettings | None = None) -> ClientApp:
     def evaluate(msg: FlowerMessage, context: Context) -> FlowerMessage:
         return client.handle("evaluate", msg, context, cfg_of(context))
 
-    @app.query()
+    @app.query(QUERY_ACTION)
     def query(msg: FlowerMessage, context: Context) -> FlowerMessage:
         return client.handle("query", msg, context, cfg_of(context))
 

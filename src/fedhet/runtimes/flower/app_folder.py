@@ -4,6 +4,7 @@ carries the resolved experiment, so `flwr run FOLDER CONNECTION` runs it on any 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,11 @@ from typing import Any
 def toml_string(text: str) -> str:
     """A TOML basic string (JSON string escapes are valid TOML escapes)."""
     return json.dumps(text, ensure_ascii=True)
+
+
+def toml_key(dotted: str) -> str:
+    """A dotted run-config key as a TOML dotted key (each part bare when it can be, else quoted)."""
+    return ".".join(p if re.fullmatch(r"[A-Za-z0-9_-]+", p) else toml_string(p) for p in dotted.split("."))
 
 
 def toml_value(value: str | float | int | bool) -> str:
@@ -60,7 +66,12 @@ def write_flower_app(folder: str | Path, config: dict[str, Any], run_dir: str | 
     folder.mkdir(parents=True, exist_ok=True)
     settings = FlowerSettings(config=config, run_dir=str(Path(run_dir).resolve()), client_state_dir=client_state_dir,
                               resume=resume, stop_after=stop_after, poll_interval=poll_interval)
-    run_config = "\n".join(f"{k} = {toml_value(v)}" for k, v in settings.to_run_config().items())
+    run_config = "\n".join([
+        "# the experiment as dotted keys (change any: `flwr run --run-config \"train.lr=0.05 rounds=5\"`); a",
+        "# string is read as YAML like a fedhet key=value override. num-server-rounds / lr / local-epochs:",
+        "# Flower-style",
+        "# aliases of rounds / train.lr / train.local_epochs, 0 = not set",
+        *(f"{toml_key(k)} = {toml_value(v)}" for k, v in settings.to_run_config().items())])
     (folder / "pyproject.toml").write_text(flower_app_pyproject(
         "fedhet-flower-app", f"fedhet experiment {config.get('name', '')} ({config.get('method', '')}) on Flower",
         "fedhet.runtimes.flower.app", run_config,

@@ -38,11 +38,14 @@ from fedhet.engine.local import evaluate_client, fit_client
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower import checkpoint_config
 from fedhet.runtimes.flower.records import (
-    from_content,
-    metrics_content,
+    CONFIG,
+    PARTITION_ID,
+    Request,
+    evaluate_reply_content,
+    fit_reply_content,
+    read_request,
     state_from_bytes,
     state_to_bytes,
-    to_content,
 )
 
 STATE_KEY = "fedhet-client-state"  # context.state ConfigRecord: "r<round>" -> torch.save bytes of the state
@@ -75,10 +78,10 @@ def experiment_for(config: dict[str, Any]) -> Experiment:
 def client_id(context: Context, exp: Experiment) -> int:
     """This node's fedhet client id: its `partition-id`, checked against the experiment's clients."""
     node = context.node_config
-    if "partition-id" not in node:
+    if PARTITION_ID not in node:
         raise FedhetError("the SuperNode has no partition-id; start it with "
                           "--node-config 'partition-id=I num-partitions=K'")
-    cid, n = int(node["partition-id"]), len(exp.data.clients)
+    cid, n = int(node[PARTITION_ID]), len(exp.data.clients)
     if "num-partitions" in node and int(node["num-partitions"]) != n:
         raise FedhetError(f"node config num-partitions={node['num-partitions']} but the experiment has {n} clients")
     if not 0 <= cid < n:
@@ -166,57 +169,73 @@ def prune_states(context: Context, setup: ClientSetup, cid: int, rnd: int, keep:
             path.unlink(missing_ok=True)
 
 
-def _request(content: RecordDict, context: Context, setup: ClientSetup) -> tuple[Experiment, int, Any, dict, int]:
-    """Decode a train / evaluate request: experiment, client id, fedhet Message, metadata, state round."""
+def latest_state_round(context: Context, setup: ClientSetup, cid: int, before: int) -> int:
+    """The last round before `before` whose state this node keeps (0: none): the state a client continues
+    from when the server keeps no state bookkeeping (a stock Flower strategy aggregates every reply)."""
+    rounds = set(stored_rounds(context))
+    folder = state_folder(context, setup, cid)
+    if folder is not None and folder.is_dir():
+        rounds |= {int(p.stem[6:]) for p in folder.glob("round_*.pt") if p.stem[6:].isdigit()}
+    return max((r for r in rounds if r < before), default=0)
+
+
+def _request(content: RecordDict, context: Context, setup: ClientSetup, fit: bool
+             ) -> tuple[Experiment, int, Request, int]:
+    """Decode a train / evaluate request: experiment, client id (the node's partition-id), the request and the
+    round of the state to continue from."""
     exp = experiment_for(setup.config)
     cid = client_id(context, exp)
-    request, meta = from_content(content)
-    if int(meta["client"]) != cid:
-        raise FedhetError(f"a message for client {meta['client']} reached the node of client {cid}")
-    rnd, state_round = int(meta["round"]), int(meta.get("state-round", 0))
-    keep = {state_round, *(int(r) for r in meta.get("keep-rounds", []))}
-    prune_states(context, setup, cid, rnd, keep)
-    return exp, cid, request, meta, state_round
+    request = read_request(content)
+    state_round = request.state_round
+    if state_round is None:  # a stock Flower server: continue from the latest state (of an earlier round, to fit)
+        state_round = latest_state_round(context, setup, cid, request.round if fit else request.round + 1)
+    prune_states(context, setup, cid, request.round, {state_round, *request.keep_rounds})
+    return exp, cid, request, state_round
 
 
 def train_content(content: RecordDict, context: Context, setup: ClientSetup | dict[str, Any]) -> RecordDict:
     """One client's local training round, seeded by (seed, round, client, 'fit') as in-process: the reply's
     content (the request's content in, `context.state` updated)."""
     setup = _setup(setup)
-    exp, cid, request, meta, state_round = _request(content, context, setup)
-    rnd = int(meta["round"])
+    exp, cid, request, state_round = _request(content, context, setup, fit=True)
+    rnd = request.round
     state = load_state(context, exp, setup, cid, state_round)
     ctx = exp.context(cid, rnd, exp.data.clients[cid])
     with seeded(*client_stream(exp.config.seed, rnd, cid, FIT)):
-        out, new_state = fit_client(exp.algorithm, request, state, ctx)
+        out, new_state = fit_client(exp.algorithm, request.message, state, ctx)
     save_state(context, setup, cid, rnd, new_state)
-    return to_content(out, client=cid, **{"num-examples": ctx.data.num_train})
+    return fit_reply_content(out, ctx.data.num_train)
 
 
 def evaluate_content(content: RecordDict, context: Context, setup: ClientSetup | dict[str, Any]) -> RecordDict:
-    """Metrics of the client's deployed model on its own split, seeded by (seed, round, client, 'evaluate')."""
+    """Metrics of the client's deployed model on its own split (the request's `split`, else 'test'), seeded by
+    (seed, round, client, 'evaluate')."""
     setup = _setup(setup)
-    exp, cid, request, meta, state_round = _request(content, context, setup)
-    rnd, split = int(meta["round"]), str(meta["split"])
+    exp, cid, request, state_round = _request(content, context, setup, fit=False)
+    split = request.split or "test"
+    if split not in ("train", "val", "test"):
+        raise FedhetError(f"unknown split {split!r} in the evaluate request; expected train, val or test")
     dataset = getattr(exp.data.clients[cid], split)
     if dataset is None:
-        return metrics_content(None)
+        return evaluate_reply_content(None)
     state = load_state(context, exp, setup, cid, state_round)
-    with seeded(*client_stream(exp.config.seed, rnd, cid, EVALUATE)):
-        metrics = evaluate_client(exp.algorithm, request, state, exp.context(cid, rnd), dataset)
-    return metrics_content(metrics)
+    with seeded(*client_stream(exp.config.seed, request.round, cid, EVALUATE)):
+        metrics = evaluate_client(exp.algorithm, request.message, state, exp.context(cid, request.round), dataset)
+    return evaluate_reply_content(metrics)
 
 
 def query_content(content: RecordDict, context: Context, setup: ClientSetup | dict[str, Any]) -> RecordDict:
-    """Who is this node: its client id (the server maps node ids to client ids with it)."""
+    """Which client this node holds: the server's one question at start (a stock ClientApp does not answer it;
+    the server then gives that node a free client id, see transport.NodeLink)."""
     exp = experiment_for(_setup(setup).config)
-    return RecordDict({"fedhet": ConfigRecord({"client": client_id(context, exp)})})
+    return RecordDict({CONFIG: ConfigRecord({PARTITION_ID: client_id(context, exp)})})
 
 
 HANDLERS = {"train": train_content, "evaluate": evaluate_content, "query": query_content}
 
 
 def handle(kind: str, msg: FlowerMessage, context: Context, setup: ClientSetup | dict[str, Any]) -> FlowerMessage:
-    """Answer a train / evaluate / query message of the ServerApp."""
-    return FlowerMessage(HANDLERS[kind](msg.content, context, setup), reply_to=msg)
+    """Answer a train / evaluate / query message of the ServerApp (`kind`: Flower's message type, with or
+    without its action: "query.partition_id" is a query)."""
+    return FlowerMessage(HANDLERS[kind.split(".")[0]](msg.content, context, setup), reply_to=msg)
 

@@ -1,11 +1,13 @@
 """The Flower ServerApp's round loop: the shared `RoundLoop` with `FlowerClients` as its executor, plus the
-stop after a failed round (checkpoint of the last completed round, `stopped.json`)."""
+stop after a failed round (checkpoint of the last completed round, `stopped.json`) and a progress line per round
+("[fedhet] round 3/10  2.4 s  mean test accuracy 0.8120") on stdout, which Flower streams to `flwr run --stream`."""
 
 from __future__ import annotations
 
 import json
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +16,12 @@ from flwr.serverapp import Grid
 from fedhet.atomic import atomic_write_text
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.loop import RoundLoop, RunResult
+from fedhet.engine.signals import StopSignals
 from fedhet.runtimes.flower.faults import FAULTS_FILE, STOPPED_FILE, RoundFailed
 from fedhet.runtimes.flower.server import FlowerClients
 
 log = logging.getLogger(__name__)
+PROGRESS_PREFIX = "[fedhet] "  # `fedhet flower deploy` echoes the ServerApp's lines that carry it
 
 
 class FlowerRoundLoop(RoundLoop):
@@ -29,8 +33,19 @@ class FlowerRoundLoop(RoundLoop):
                  stop_event: threading.Event | None = None) -> None:
         flower = FlowerClients(exp, grid, timeout=timeout, wait_for_nodes=wait_for_nodes, poll_interval=poll_interval,
                                stop_event=stop_event, on_fault=lambda row: self._log_fault(row))
-        super().__init__(exp, run_dir, flower, progress=progress)
+        super().__init__(exp, run_dir, flower, progress=False)  # no bar: one line per round (`play_round`)
         self.flower = flower
+        self.round_lines = progress and not exp.config.run.quiet
+
+    def play_round(self, rnd: int, last: int, signals: StopSignals) -> float | None:
+        """The shared round, then one line for the log (`flwr run --stream` shows the ServerApp's output)."""
+        start = time.perf_counter()
+        acc = super().play_round(rnd, last, signals)
+        if self.round_lines:
+            shown = "not evaluated" if acc is None else f"mean test accuracy {acc:.4f}"
+            print(f"{PROGRESS_PREFIX}round {rnd}/{self.cfg.rounds}  {time.perf_counter() - start:.1f} s  {shown}",
+                  flush=True)
+        return acc
 
     def _log_fault(self, row: dict[str, Any]) -> None:
         self.dir.path.mkdir(parents=True, exist_ok=True)

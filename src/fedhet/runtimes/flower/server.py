@@ -31,7 +31,7 @@ from fedhet.engine.experiment import Experiment
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower import checkpoint_config
 from fedhet.runtimes.flower.faults import RoundFailed, required
-from fedhet.runtimes.flower.records import to_content
+from fedhet.runtimes.flower.records import LOCAL_EPOCHS, LR, request_content
 from fedhet.runtimes.flower.transport import NodeLink
 from fedhet.runtimes.flower.validation import ReplyRejected, evaluate_reply, expected_reply_spec, fit_reply
 
@@ -46,6 +46,8 @@ class FlowerClients:
             raise FedhetError(f"'{exp.config.method}' trains one model on the pooled data of all clients; "
                               "it has no federated counterpart, run it in-process")
         self.exp, self.on_fault = exp, on_fault
+        # what Flower's quickstart ClientApps read from a train request (fedhet's own clients use their config)
+        self.train_config = {LR: exp.config.train.lr, LOCAL_EPOCHS: exp.config.train.local_epochs}
         self.link = NodeLink(grid, exp.config.server.reply_timeout if timeout is None else timeout, poll_interval,
                              stop_event)
         # the last round whose fit reply of each client was aggregated (0: none); also at the last checkpoint
@@ -62,7 +64,7 @@ class FlowerClients:
     # -------------------------------------------------------------- the executor interface
     def fit(self, rnd: int, messages: dict[int, Message]) -> list[Reply]:
         """Local training on the sampled clients' nodes; the valid replies in the order of `messages`."""
-        contents = {cid: to_content(msg, round=rnd, client=cid, **self._state_meta(cid))
+        contents = {cid: request_content(msg, rnd, **self.train_config, **self._state_meta(cid))
                     for cid, msg in messages.items()}
         received, problems = self.link.exchange(MessageType.TRAIN, contents, f"fit-{rnd}")
         replies = []
@@ -70,7 +72,8 @@ class FlowerClients:
             if cid not in received:
                 continue
             try:
-                replies.append(fit_reply(received[cid], cid, expected_reply_spec(self.exp.algorithm, msg)))
+                reply, num_examples = fit_reply(received[cid], expected_reply_spec(self.exp.algorithm, msg))
+                replies.append(Reply(cid, reply, num_examples))
             except ReplyRejected as err:
                 problems[cid] = f"reply rejected: {err}"
         self._report(rnd, "train", problems)
@@ -84,7 +87,7 @@ class FlowerClients:
     def evaluate(self, rnd: int, messages: dict[int, Message], split: str) -> dict[str, dict[str, float]]:
         """Each client's metrics on its own split, keyed by client name in client order (as in-process);
         clients that failed are left out."""
-        contents = {cid: to_content(messages[cid], round=rnd, client=cid, split=split, **self._state_meta(cid))
+        contents = {cid: request_content(messages[cid], rnd, split=split, **self._state_meta(cid))
                     for cid in range(len(self.exp.data.clients))}
         received, problems = self.link.exchange(MessageType.EVALUATE, contents, f"evaluate-{split}-{rnd}")
         results = {}

@@ -10,12 +10,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from flwr.app import Message as FlowerMessage
-from flwr.app import MessageType, RecordDict
+from flwr.app import RecordDict
 from flwr.serverapp import Grid
 
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower.faults import short_reason
-from fedhet.runtimes.flower.records import from_content
+from fedhet.runtimes.flower.records import CONFIG, PARTITION_ID, QUERY_PARTITION
 
 log = logging.getLogger("fedhet.runtimes.flower.server")  # one logger for the server side's messages
 
@@ -29,15 +29,23 @@ class NodeLink:
         self.node_of: dict[int, int] = {}
 
     def map_nodes(self, n: int, wait_for_nodes: float) -> dict[int, int]:
-        """client id -> node id, asking every connected node for its partition-id."""
+        """client id -> node id: every connected node is asked once which partition it holds (`query`); nodes
+        that do not say (a stock Flower ClientApp has no such query) get the free client ids in node-id order."""
         deadline = time.monotonic() + wait_for_nodes
-        nodes = list(self.grid.get_node_ids())
+        nodes = sorted(self.grid.get_node_ids())
         while len(nodes) < n:
             if time.monotonic() > deadline:
                 raise FedhetError(f"only {len(nodes)} of {n} SuperNodes connected within {wait_for_nodes:.0f} s")
             time.sleep(0.5)
-            nodes = list(self.grid.get_node_ids())
+            nodes = sorted(self.grid.get_node_ids())
         node_of = self.query(nodes, self.timeout, strict=True)
+        anonymous = [node for node in nodes if node not in node_of.values()]
+        free = [cid for cid in range(n) if cid not in node_of]
+        if anonymous:
+            given = dict(zip(free, anonymous, strict=False))
+            log.warning("%d SuperNode(s) did not say which partition they hold (a ClientApp without fedhet's "
+                        "partition query); they serve client(s) %s in node-id order", len(anonymous), sorted(given))
+            node_of.update(given)
         missing = sorted(set(range(n)) - set(node_of))
         if missing:
             raise FedhetError(f"no SuperNode holds partition(s) {missing}")
@@ -46,26 +54,25 @@ class NodeLink:
         return node_of
 
     def query(self, nodes: Iterable[int], timeout: float, strict: bool) -> dict[int, int]:
-        """Ask `nodes` for their client ids; strict: any failure or duplicate is an error."""
-        messages = {node: FlowerMessage(RecordDict(), dst_node_id=node, message_type=MessageType.QUERY,
+        """Ask `nodes` which client (partition-id) they hold; nodes that do not answer it are left out.
+        strict: two nodes holding one partition, or an answer outside [0, num clients), is an error."""
+        messages = {node: FlowerMessage(RecordDict(), dst_node_id=node, message_type=QUERY_PARTITION,
                                         group_id="nodes") for node in nodes}
         replies, failures = self.send(messages, timeout)
-        if strict and failures:
-            raise FedhetError("SuperNodes failed to say which client they hold: " +
-                              "; ".join(f"node {node}: {reason}" for node, reason in failures.items()))
+        for node, reason in failures.items():
+            log.info("node %s did not answer the partition query: %s", node, reason)
         node_of: dict[int, int] = {}
         for node, reply in replies.items():
-            try:
-                cid = int(from_content(reply)[1]["client"])
-            except Exception as err:  # noqa: BLE001 - a malformed answer is ignored outside the start
-                if strict:
-                    raise FedhetError(f"node {node} answered the query with {reply}") from err
+            config = reply.config_records.get(CONFIG)
+            value = None if config is None else config.get(PARTITION_ID)
+            if isinstance(value, bool) or not isinstance(value, int):
                 continue
-            if cid in node_of:
+            if value in node_of:
                 if strict:
-                    raise FedhetError(f"two SuperNodes ({node_of[cid]}, {node}) hold partition {cid}")
-                log.warning("two SuperNodes (%s, %s) hold partition %d; keeping %s", node_of[cid], node, cid, node)
-            node_of[cid] = node
+                    raise FedhetError(f"two SuperNodes ({node_of[value]}, {node}) hold partition {value}")
+                log.warning("two SuperNodes (%s, %s) hold partition %d; keeping %s", node_of[value], node, value,
+                            node)
+            node_of[value] = node
         return node_of
 
     def refresh_nodes(self, cids: Iterable[int]) -> set[int]:

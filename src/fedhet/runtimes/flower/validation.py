@@ -1,15 +1,15 @@
 """Checks on what clients send back: a reply the server cannot trust is rejected with a reason, never aggregated.
 
 A fit reply must carry exactly the arrays the server expects (names, shapes, dtypes), finite floating-point
-values, the client id it was sent to and a non-negative example count. What the server expects is derived
-from the round's broadcast message:
+values and a non-negative integer `num-examples` (and come from the node the message went to: transport). What
+the server expects is derived from the round's broadcast message:
 
 each method declares it with `Algorithm.reply_layout(broadcast) -> {name: (shape, dtype)}` (by default the
 arrays it received; SCAFFOLD: `dy/<key>` and `dc/<key>`); `tests/runtimes/test_flower_faults.py` checks that
 every registered method's replies match its own declaration.
 
-An evaluate reply must carry finite-or-NaN numbers for every metric the run directory records, or the
-"skipped" marker of a client without that split.
+An evaluate reply must carry finite-or-NaN numbers (under fedhet's or a Flower app's usual names, see
+METRIC_ALIASES), or the "skipped" marker of a client without that split.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from flwr.app import RecordDict
 
 from fedhet.algorithms import Algorithm
 from fedhet.algorithms.base import ArraySpec
-from fedhet.core.messages import Message, Reply
-from fedhet.engine.rundir import METRIC_KEYS
-from fedhet.runtimes.flower.records import META, from_content, metrics_from_content
+from fedhet.core.messages import Message
+from fedhet.runtimes.flower.records import CONFIG, NUM_EXAMPLES, SKIPPED, read_evaluate_reply, read_fit_reply
 
 Spec = dict[str, ArraySpec]
 
@@ -60,42 +59,45 @@ def check_arrays(arrays: dict[str, torch.Tensor], spec: Spec) -> None:
             raise ReplyRejected(f"array {name!r} holds {bad} NaN/inf value(s)")
 
 
-def _meta_int(meta: dict[str, Any], key: str) -> int:
-    value = meta.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ReplyRejected(f"'{META}.{key}' is {value!r}, expected an integer")
-    return value
-
-
-def fit_reply(content: RecordDict, client: int, spec: Spec) -> Reply:
-    """The fedhet Reply in a fit reply's content, or ReplyRejected naming what is wrong with it."""
+def fit_reply(content: RecordDict, spec: Spec) -> tuple[Message, int]:
+    """The Message and example count of a fit reply, or ReplyRejected naming what is wrong with it."""
     try:
-        msg, meta = from_content(content)
+        msg, num_examples = read_fit_reply(content)
     except Exception as err:  # noqa: BLE001 - any decoding failure means a malformed reply
         raise ReplyRejected(f"unreadable reply ({type(err).__name__}: {err})") from err
-    if _meta_int(meta, "client") != client:
-        raise ReplyRejected(f"reply claims to come from client {meta['client']}")
-    num_examples = _meta_int(meta, "num-examples")
+    whole = isinstance(num_examples, (int, float)) and not isinstance(num_examples, bool) \
+        and float(num_examples).is_integer()
+    if not whole:
+        raise ReplyRejected(f"'{NUM_EXAMPLES}' in the reply's MetricRecord is {num_examples!r}, expected an integer")
     if num_examples < 0:
         raise ReplyRejected(f"negative example count {num_examples}")
     check_arrays(msg.arrays, spec)
-    return Reply(client, msg, num_examples)
+    return msg, int(num_examples)
+
+
+# names Flower apps commonly give fedhet's metrics (the quickstart templates: eval_acc, eval_loss)
+METRIC_ALIASES = {"accuracy": ("accuracy", "acc", "eval_acc", "eval_accuracy", "test_acc", "test_accuracy"),
+                  "balanced_accuracy": ("balanced_accuracy", "eval_balanced_accuracy"),
+                  "loss": ("loss", "eval_loss", "test_loss")}
 
 
 def evaluate_reply(content: RecordDict) -> dict[str, float] | None:
-    """An evaluate reply's metrics (None: the client has no such split), or ReplyRejected."""
-    meta = content.config_records.get(META)
-    if meta is not None and meta.get("skipped") is True:
-        return None
-    metrics = metrics_from_content(content)
+    """An evaluate reply's metrics under fedhet's names (None: the client has no such split), or ReplyRejected.
+
+    A Flower app's own names are accepted (METRIC_ALIASES, e.g. `eval_acc`); a metric it does not report is
+    NaN; its other metrics are kept as they are; `num-examples` becomes `num_examples`."""
+    metrics = read_evaluate_reply(content)
     if metrics is None:
+        if content.config_records.get(CONFIG, {}).get(SKIPPED) is True:
+            return None
         raise ReplyRejected("evaluate reply without metrics")
-    missing = set(METRIC_KEYS) - set(metrics)
-    if missing:
-        raise ReplyRejected(f"evaluate reply lacks metric(s) {_names(missing)}")
     for key, value in metrics.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ReplyRejected(f"metric {key!r} is {value!r}, expected a number")
         if math.isinf(value):
             raise ReplyRejected(f"metric {key!r} is {value}")
-    return {k: float(v) for k, v in metrics.items()}
+    out = {k: float(v) for k, v in metrics.items() if k != NUM_EXAMPLES}
+    for name, aliases in METRIC_ALIASES.items():
+        out[name] = next((float(metrics[a]) for a in aliases if a in metrics), math.nan)
+    out["num_examples"] = int(metrics.get(NUM_EXAMPLES, 0))
+    return out

@@ -1,0 +1,118 @@
+"""fedhet's experiment config as Flower run-config keys, so `flwr run APP --run-config "train.lr=0.05"` works.
+
+Flower's run config is flat: `[tool.flwr.app.config]` in the App's pyproject.toml, values bool / int / float /
+str. fedhet's nested config becomes dotted keys (`train.lr`, `data.alpha`, `method_args.mu`, the method's
+defaults written out so each can be overridden). A value is read back the way a `key=value` override is on
+fedhet's command line: numbers and bools as they are, a string as YAML (so `data.domains = "[mnist, usps]"` is a
+list, `train.grad_clip = "null"` is None); a plain string that YAML would read as something else is written
+quoted. Then the whole tree is validated like any config: a wrong type or value, or a key fedhet does not know,
+is one ConfigError naming it (and the nearest valid key). Flower itself refuses `--run-config` keys the App's
+pyproject does not list ("Key ... is not present in the main dictionary").
+
+Besides the experiment, the run config holds the runtime settings (`run-dir`, `resume`, ..., RUNTIME_KEYS) and
+three Flower-style aliases, 0 meaning "not set": `num-server-rounds` (rounds), `lr` (train.lr), `local-epochs`
+(train.local_epochs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from fedhet.config import load_config
+from fedhet.config.loading import set_path
+from fedhet.errors import ConfigError
+from fedhet.yaml_input import load_yaml
+
+RunConfigValue = bool | int | float | str
+RUNTIME_KEYS: dict[str, type] = {"run-dir": str, "wait-for-nodes": float, "poll-interval": float,
+                                 "client-state-dir": str, "resume": bool, "stop-after": int}
+ALIASES = {"num-server-rounds": "rounds", "lr": "train.lr", "local-epochs": "train.local_epochs"}
+
+
+def encode(value: Any) -> RunConfigValue:
+    """One config value as a Flower run-config value (see the module docstring)."""
+    if isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return value if _yaml(value) == value else json.dumps(value)
+    return json.dumps(value)  # None, lists, empty mappings: JSON is YAML
+
+
+def _yaml(text: str) -> Any:
+    try:
+        return load_yaml(text, "a run-config value")
+    except ConfigError:
+        return None
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, RunConfigValue]:
+    """Nested config -> {dotted key: run-config value}; an empty mapping stays one key (`method_args = "{}"`)."""
+    out: dict[str, RunConfigValue] = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, dotted + "."))
+        else:
+            out[dotted] = encode(value)
+    return out
+
+
+def experiment_run_config(config: dict[str, Any]) -> dict[str, RunConfigValue]:
+    """The run-config keys of a resolved experiment config, the method's arguments with their defaults."""
+    from fedhet.engine.experiment import method_params
+
+    full = {**config, "method_args": dataclasses.asdict(method_params(load_config(base=config)))}
+    return {**flatten(full), **{alias: 0 for alias in ALIASES}}
+
+
+def read_run_config(run_config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(resolved experiment config, runtime settings) from a Flower run config (flat, as Flower hands it to the
+    apps, or nested as in pyproject.toml); ConfigError naming a bad key."""
+    run_config = _flat(run_config)
+    runtime = {k: _runtime(k, run_config[k]) for k in RUNTIME_KEYS if k in run_config}
+    tree: dict[str, Any] = {}
+    for key, value in run_config.items():
+        if key in RUNTIME_KEYS or key in ALIASES:
+            continue
+        set_path(tree, key, _yaml_value(key, value))
+    for alias, target in ALIASES.items():
+        value = run_config.get(alias, 0)
+        if value not in (0, None, ""):
+            set_path(tree, target, _yaml_value(alias, value))
+    if not tree:
+        raise ConfigError("the Flower run config holds no fedhet experiment keys (method, rounds, train.lr, ...); "
+                          "write the App with `fedhet flower app CONFIG` or list the keys in [tool.flwr.app.config]")
+    known = ", ".join([*RUNTIME_KEYS, *ALIASES])
+    try:
+        cfg = load_config(base=tree)
+    except ConfigError as err:
+        raise ConfigError(f"Flower run config: {err} (runtime keys: {known})") from None
+    return cfg.to_dict(), runtime
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _yaml_value(key: str, value: Any) -> Any:
+    if isinstance(value, str):
+        return load_yaml(value, f"run-config key '{key}'", fix="write it as the value of a fedhet override, "
+                         "e.g. data.domains=\"[mnist, usps]\"") if value != "" else ""
+    return value
+
+
+def _runtime(key: str, value: Any) -> Any:
+    kind = RUNTIME_KEYS[key]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise ConfigError(f"Flower run config: '{key}' must be a {kind.__name__}, got {value!r}")
+    return value
