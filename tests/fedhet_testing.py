@@ -36,8 +36,10 @@ def tiny_client(n: int = 8, in_dim: int = 4, num_classes: int = 2, seed: int = 0
 def assert_same_run(a: Path, b: Path) -> None:
     """Two run directories hold the same run: round, global and local weights bit for bit, metrics.jsonl byte
     for byte."""
-    ca = torch.load(a / "checkpoints" / "latest.pt", weights_only=False)
-    cb = torch.load(b / "checkpoints" / "latest.pt", weights_only=False)
+    from fedhet.engine.safe_load import load_trusted
+
+    ca = load_trusted(a / "checkpoints" / "latest.pt", "checkpoint")
+    cb = load_trusted(b / "checkpoints" / "latest.pt", "checkpoint")
     assert ca["round"] == cb["round"]
     for key, value in ca["server"].model.items():
         assert torch.equal(value, cb["server"].model[key]), key

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from battery.harness import assert_one_clear_error, run_cli_subprocess
+from fedhet.engine.safe_load import load_trusted
 
 HOOK = """import os, signal
 from fedhet.engine import loop
@@ -30,7 +30,7 @@ def test_signal_in_a_round_then_resume(battery, phase: str, sig: str, done: int)
     argv = ["run", *battery.tiny_with("rounds=3", "run.checkpoint_every=1"), "--run-dir", str(run), "-q"]
     result = run_cli_subprocess(argv, prelude=HOOK.format(phase=phase, signal=sig), cwd=battery.root)
     line = assert_one_clear_error(result, f"interrupted after round {done}", "--resume", code=130)
-    assert torch.load(run / "checkpoints" / "latest.pt", weights_only=False)["round"] == done
+    assert load_trusted(run / "checkpoints" / "latest.pt", "checkpoint")["round"] == done
     rows = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
     assert {r["round"] for r in rows} == set(range(1, done + 1)), line
     battery.succeeds([*argv, "--resume"])

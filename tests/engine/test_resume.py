@@ -10,6 +10,7 @@ from fedhet_testing import assert_same_run
 
 from fedhet.config import load_config
 from fedhet.engine.loop import Interrupted, RoundLoop
+from fedhet.engine.safe_load import load_trusted
 from fedhet.errors import CheckpointError, TrainingDivergedError
 from fedhet.launch.run import run_experiment
 
@@ -22,7 +23,7 @@ def cfg(*extra: str):
 
 
 def weights(run_dir) -> dict:
-    return torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)
+    return load_trusted(run_dir / "checkpoints" / "latest.pt", "checkpoint")
 
 
 def test_resume_is_bit_exact(tmp_path) -> None:

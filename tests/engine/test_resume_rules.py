@@ -17,6 +17,7 @@ import torch
 from fedhet.config import load_config
 from fedhet.engine.checkpoint import config_differences
 from fedhet.engine.rundir import RunDirectory, RunDirError
+from fedhet.engine.safe_load import load_trusted
 from fedhet.errors import CheckpointError
 from fedhet.launch.run import run_experiment
 
@@ -29,7 +30,7 @@ def cfg(*extra: str):
 
 
 def final_weights(run: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run / "checkpoints" / "latest.pt", weights_only=False)["server"].model
+    return load_trusted(run / "checkpoints" / "latest.pt", "checkpoint")["server"].model
 
 
 def test_extending_a_finished_run_equals_a_longer_run(tmp_path: Path) -> None:

@@ -10,11 +10,11 @@ import signal
 from pathlib import Path
 
 import pytest
-import torch
 from fedhet_testing import assert_same_run
 
 from fedhet.config import load_config
 from fedhet.engine.loop import Interrupted
+from fedhet.engine.safe_load import load_trusted
 from fedhet.launch.run import run_experiment
 
 BASE = ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={width: 8}", "train.local_steps=1",
@@ -57,7 +57,7 @@ def test_signal_at_every_phase_then_resume_is_bit_exact(tmp_path: Path, straight
     signum = signal.SIGTERM if (PHASES.index(phase) + rnd) % 2 else signal.SIGINT
     with pytest.raises(Interrupted) as err:
         run_experiment(cfg(), tmp_path / "run", on_phase=signal_at(phase, rnd, signum))
-    stopped = torch.load(tmp_path / "run" / "checkpoints" / "latest.pt", weights_only=False)
+    stopped = load_trusted(tmp_path / "run" / "checkpoints" / "latest.pt", "checkpoint")
     completed = rnd if PHASES.index(phase) >= PHASES.index("committed") else rnd - 1
     assert stopped["round"] == completed and f"after round {completed}" in str(err.value)
     assert {r["round"] for r in stopped["metrics"]} == set(range(1, completed + 1))

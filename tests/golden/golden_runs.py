@@ -22,6 +22,8 @@ import numpy
 import torch
 from golden.golden_cases import GoldenCase
 
+from fedhet.engine.safe_load import load_trusted
+
 ROW_FIELDS = ("round", "client", "split", "accuracy", "balanced_accuracy", "loss", "num_examples")
 
 
@@ -56,7 +58,7 @@ def fingerprint(case: GoldenCase, run_dir: Path) -> dict[str, Any]:
     """What golden.json keeps of one run: its metric rows and, if the case has one, its global model."""
     result: dict[str, Any] = {"metrics": metric_rows(run_dir), "global": None}
     if case.global_model:
-        checkpoint = torch.load(run_dir / "checkpoints" / "latest.pt", map_location="cpu", weights_only=False)
+        checkpoint = load_trusted(run_dir / "checkpoints" / "latest.pt", "the golden run's checkpoint")
         result["global"] = {k: tensor_digest(v) for k, v in sorted(global_weights(checkpoint).items())}
     return result
 

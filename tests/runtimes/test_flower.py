@@ -28,6 +28,7 @@ from flwr.app import Message as FlowerMessage  # noqa: E402
 from fedhet.config import load_config  # noqa: E402
 from fedhet.core.messages import Message  # noqa: E402
 from fedhet.engine.experiment import build_experiment  # noqa: E402
+from fedhet.engine.safe_load import load_trusted  # noqa: E402
 from fedhet.launch.run import run_experiment  # noqa: E402
 from fedhet.runtimes.flower import client as flower_client  # noqa: E402
 from fedhet.runtimes.flower import node_app  # noqa: E402
@@ -144,7 +145,7 @@ def test_adapter_matches_inprocess_and_keeps_client_state(tmp_path, task_identit
     assert result.final == reference.final
     assert {"config.yaml", "metrics.jsonl", "summary.json"} <= {p.name for p in (tmp_path / "flower").iterdir()}
     # every client's state lives in its node's context.state and equals the in-process one after the last round
-    expected = torch.load(tmp_path / "inprocess" / "checkpoints" / "latest.pt", weights_only=False)["clients"]
+    expected = load_trusted(tmp_path / "inprocess" / "checkpoints" / "latest.pt", "checkpoint")["clients"]
     exp_init = build_experiment(c)
     for node, context in grid.contexts.items():
         cid = node - 100

@@ -35,6 +35,7 @@ from fedhet.core.messages import Message  # noqa: E402
 from fedhet.engine.experiment import build_experiment  # noqa: E402
 from fedhet.engine.local import fit_client  # noqa: E402
 from fedhet.engine.loop import Interrupted, RoundLoop  # noqa: E402
+from fedhet.engine.safe_load import load_trusted  # noqa: E402
 from fedhet.engine.sampling import sample_clients  # noqa: E402
 from fedhet.launch.run import run_experiment  # noqa: E402
 from fedhet.runtimes.flower import client as flower_client  # noqa: E402
@@ -328,7 +329,7 @@ def test_too_few_replies_stop_with_a_checkpoint_and_resume_continues(tmp_path, t
     message = str(info.value)
     assert "round 3 train: only 1 of 2 clients answered validly and server.min_fit_fraction=1.0 needs 2" in message
     assert f"client {victim}" in message and "no reply within 0.2 s" in message and "--resume" in message
-    assert torch.load(tmp_path / "flower" / "checkpoints" / "latest.pt", weights_only=False)["round"] == 2
+    assert load_trusted(tmp_path / "flower" / "checkpoints" / "latest.pt", "checkpoint")["round"] == 2
     assert json.loads((tmp_path / "flower" / STOPPED_FILE).read_text())["round"] == 2
     assert max(r["round"] for r in rows(tmp_path / "flower")) == 2
 
@@ -353,7 +354,7 @@ def test_failed_evaluation_rolls_back_the_aggregated_round(tmp_path, task_identi
     setup = flower_client.ClientSetup(c.to_dict(), state_dir=str(tmp_path / "states"))
     with pytest.raises(RoundFailed, match=r"round 2 evaluate \(test\): only 3 of 4 .*min_evaluate_fraction=1.0"):
         flower_loop(c, tmp_path / "flower", FaultyGrid(setup, 4, {("evaluate", 2, 2): error})).run()
-    payload = torch.load(tmp_path / "flower" / "checkpoints" / "latest.pt", weights_only=False)
+    payload = load_trusted(tmp_path / "flower" / "checkpoints" / "latest.pt", "checkpoint")
     assert payload["round"] == 1 and payload["clients"] == {"state_round": {0: 1, 1: 1, 2: 1, 3: 1}}
     resumed = flower_loop(c, tmp_path / "flower", FaultyGrid(setup, 4))
     resumed.resume()
@@ -384,7 +385,7 @@ def test_stop_event_interrupts_with_a_checkpoint(tmp_path, task_identity) -> Non
     grid = FaultyGrid(flower_client.ClientSetup(c.to_dict()), 4, {("train", 2, 0): stop_and_lose})
     with pytest.raises(Interrupted):
         flower_loop(c, tmp_path / "flower", grid, stop_event=stop).run()
-    payload = torch.load(tmp_path / "flower" / "checkpoints" / "latest.pt", weights_only=False)
+    payload = load_trusted(tmp_path / "flower" / "checkpoints" / "latest.pt", "checkpoint")
     assert payload["round"] == 1 and payload["clients"] == {"state_round": {0: 1, 1: 1, 2: 1, 3: 1}}
 
 
@@ -407,7 +408,7 @@ def test_simulation_stop_and_resume_matches_inprocess(tmp_path) -> None:
     run_experiment(cfg(*extra), tmp_path / "inprocess", progress=False)
     args = ["flower", "simulate", *BASE, *extra, "--run-dir", str(tmp_path / "sim"), "--num-cpus", "2", "-q"]
     assert main([*args, "--stop-after", "1"]) == 0
-    assert torch.load(tmp_path / "sim" / "checkpoints" / "latest.pt", weights_only=False)["round"] == 1
+    assert load_trusted(tmp_path / "sim" / "checkpoints" / "latest.pt", "checkpoint")["round"] == 1
     assert not (tmp_path / "sim" / "summary.json").exists()
     assert main(args) == 2  # a checkpoint is there: refuses to start over without --resume
     assert main([*args, "--resume"]) == 0

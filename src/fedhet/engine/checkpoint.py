@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from fedhet.atomic import atomic_torch_save
+from fedhet.engine.safe_load import UntrustedFileError, load_trusted
 from fedhet.errors import CheckpointError
 
 FORMAT = 3  # 3: typed client / server states (contract v2)
@@ -109,7 +110,9 @@ def _refusal(path: Path, differences: dict[str, tuple[Any, Any]]) -> CheckpointE
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=False)
+        payload = load_trusted(path, f"checkpoint '{path}'")
+    except UntrustedFileError:
+        raise
     except Exception as err:  # noqa: BLE001 - any unpickling failure means a corrupt file
         raise CheckpointError(
             f"checkpoint '{path}' is corrupt or unreadable ({type(err).__name__}: {err}). Nothing was "

@@ -138,7 +138,7 @@ def _interrupted_message(checkpoint: Path, since: float, wait: float = 15.0) -> 
         time.sleep(0.5)
     if not checkpoint.is_file():
         return "interrupted before the first checkpoint; start again"
-    import torch
+    from fedhet.engine.safe_load import load_trusted
 
-    rnd = torch.load(checkpoint, map_location="cpu", weights_only=False)["round"]
+    rnd = load_trusted(checkpoint, f"checkpoint '{checkpoint}'")["round"]
     return f"interrupted; the checkpoint of round {rnd} is {checkpoint}. Continue with --resume."

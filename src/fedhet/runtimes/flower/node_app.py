@@ -11,7 +11,8 @@ worker, the message is answered here by the full client (`fedhet.runtimes.flower
 
 The socket is a Unix domain socket: worker and SuperNode run on the same machine. The channel is
 authenticated with a key the worker writes beside its socket (`<socket>.key`, mode 0600): only a process of
-the user running the worker can connect, and nothing is unpickled before the key is proven.
+the user running the worker can connect. What crosses it is Flower's protobuf serialisation of the records and
+the context (worker_wire.py), never a pickle, so neither side can be made to run code by the other's bytes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedhet.runtimes.flower.worker_key import read_key
+from fedhet.runtimes.flower.worker_wire import WireError, read_reply, request_bytes
 
 WORKER_KEY = "fedhet-worker"  # node config key: the worker's socket path
 
@@ -39,10 +41,14 @@ def forward(kind: str, content: RecordDict, context: Context) -> RecordDict:
         raise RuntimeError(f"no fedhet worker answers at {address} ({err}); start `fedhet flower worker --socket "
                            f"{address}` beside this SuperNode, or remove {WORKER_KEY} from its node config") from err
     with conn:
-        conn.send((kind, content, context))
-        status, payload, state = conn.recv()
-    if status != "ok":
-        raise RuntimeError(f"the fedhet worker at {address} failed on a {kind} message: {payload}")
+        conn.send_bytes(request_bytes(kind, content, context))
+        try:
+            reply = read_reply(conn.recv_bytes())
+        except WireError as err:
+            raise RuntimeError(f"the fedhet worker at {address} sent a malformed reply ({err})") from None
+    if isinstance(reply, str):
+        raise RuntimeError(f"the fedhet worker at {address} failed on a {kind} message: {reply}")
+    payload, state = reply
     for key in list(context.state.keys()):  # in place: Flower saves this object after the app returns
         del context.state[key]
     for key, record in state.items():

@@ -7,13 +7,13 @@ model, algorithm) is built once per run config and kept (`client.experiment_for`
 message. The client's state still lives in Flower's `context.state` and the run's state folder, not here:
 a restarted worker, or a node without one, continues exactly where the run is.
 
-Request: (kind, content, context) with kind train | evaluate | query; reply: ("ok", content, context.state) or
-("error", "<type>: <message>", None). The channel is authenticated before anything is unpickled: the worker
-writes a fresh random key to `<socket>.key` (mode 0600, readable only by the user running it) and accepts a
-connection only after the HMAC challenge of `multiprocessing.connection` with that key succeeds, so a local
-process that cannot read the key cannot make the worker unpickle anything (worker_key.py). A failed message
-is logged here and raised by the ClientApp, so Flower reports it to the ServerApp, whose fault handling
-decides (docs/flower.md, "Faults").
+Request: (kind, content, context) with kind one of `client.HANDLERS`; reply: ("ok", content, context.state)
+or ("error", "<type>: <message>"). Both travel as Flower's protobuf records (worker_wire.py), never as pickles:
+nothing a peer sends can run code here. The channel is also authenticated: the worker writes a fresh random key
+to `<socket>.key` (mode 0600, readable only by the user running it) and accepts a connection only after the HMAC
+challenge of `multiprocessing.connection` with that key succeeds (worker_key.py). A failed or malformed message
+is logged here and raised by the ClientApp, so Flower reports it to the ServerApp, whose fault handling decides
+(docs/flower.md, "Faults").
 """
 
 from __future__ import annotations
@@ -25,27 +25,39 @@ import traceback
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
-from typing import Any
 
 from flwr.app import Context, RecordDict
 
 from fedhet.runtimes.flower import client
 from fedhet.runtimes.flower.app import FlowerSettings
 from fedhet.runtimes.flower.worker_key import key_path, write_key
+from fedhet.runtimes.flower.worker_wire import WireError, error_bytes, read_request, reply_bytes
 
 log = logging.getLogger(__name__)
 
 
-def answer(kind: str, content: RecordDict, context: Context) -> tuple[str, Any, Any]:
-    """One request's reply tuple; never raises for a bad message."""
+def answer(kind: str, content: RecordDict, context: Context) -> tuple[RecordDict, RecordDict] | str:
+    """One request's reply content and updated `context.state`, or its error's one-line reason; never raises."""
     try:
-        if kind not in client.HANDLERS:
+        handler = client.HANDLERS.get(kind.split(".")[0])  # a message type with or without its action
+        if handler is None:
             raise ValueError(f"unknown message kind {kind!r}")
         setup = FlowerSettings.from_run_config(dict(context.run_config)).client_setup()
-        return "ok", client.HANDLERS[kind](content, context, setup), context.state
+        return handler(content, context, setup), context.state
     except Exception as err:  # noqa: BLE001 - reported to the ClientApp, which raises it in Flower
         log.error("worker: %s message failed:\n%s", kind, traceback.format_exc())
-        return "error", f"{type(err).__name__}: {err}", None
+        return f"{type(err).__name__}: {err}"
+
+
+def reply_to(data: bytes) -> bytes:
+    """The reply message to one request message (worker_wire); a malformed request gets an error reply."""
+    try:
+        request = read_request(data)
+    except WireError as err:
+        log.warning("worker: refused a malformed request (%s)", err)
+        return error_bytes(f"malformed request: {err}")
+    result = answer(*request)
+    return error_bytes(result) if isinstance(result, str) else reply_bytes(*result)
 
 
 class Worker:
@@ -73,15 +85,14 @@ class Worker:
                     continue
                 with conn:
                     try:
-                        request = conn.recv()
+                        request = conn.recv_bytes()
                     except (EOFError, OSError):
                         continue
                     if self._stop.is_set():
                         break
-                    well_formed = isinstance(request, tuple) and len(request) == 3
-                    reply = answer(*request) if well_formed else ("error", "malformed request", None)
+                    reply = reply_to(request)
                     try:
-                        conn.send(reply)
+                        conn.send_bytes(reply)
                     except OSError as err:  # the ClientApp died meanwhile (e.g. its SuperNode was killed)
                         log.warning("worker: could not send the reply (%s); the message is lost", err)
         self.path.unlink(missing_ok=True)
