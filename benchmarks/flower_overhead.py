@@ -35,6 +35,7 @@ import torch  # noqa: E402
 
 from fedhet.atomic import atomic_write_text  # noqa: E402
 from fedhet.config import load_config  # noqa: E402
+from fedhet.runtimes.flower.federation import TASK_POLL_INTERVAL  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("inprocess", "simulation", "deployment", "deployment-no-workers", "floor")
@@ -56,21 +57,28 @@ client_app = ClientApp()
 
 @client_app.train()
 def train(msg: Message, context: Context) -> Message:
+    print(f"[noop] handler {{time.time():.3f}}", flush=True)  # read by benchmarks/flower_breakdown.py
     return Message(RecordDict({{"arrays": msg.content.array_records["arrays"]}}), reply_to=msg)
 
 
 @client_app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
+    print(f"[noop] handler {{time.time():.3f}}", flush=True)
     return Message(RecordDict({{"metrics": MetricRecord({{"accuracy": 0.0, "loss": 0.0}})}}), reply_to=msg)
 
 
-def send(grid: Grid, messages: list, poll: float) -> list:
+def send(grid: Grid, messages: list, poll: float, wave: dict) -> list:
+    wave["push"] = time.time()  # wall clock: compared with Flower's log timestamps
     if poll <= 0:  # Flower's own send_and_receive (polls every 3 s)
-        return list(grid.send_and_receive(messages, timeout=600))
+        replies = list(grid.send_and_receive(messages, timeout=600))
+        wave["replies"] = {{str(r.metadata.src_node_id): time.time() for r in replies}}
+        return replies
     pending, replies, deadline = set(grid.push_messages(messages)), [], time.monotonic() + 600
+    wave["replies"] = {{}}
     while pending and time.monotonic() < deadline:
         got = list(grid.pull_messages(list(pending)))
         replies += got
+        wave["replies"].update({{str(m.metadata.src_node_id): time.time() for m in got}})
         pending -= {{m.metadata.reply_to_message_id for m in got}}
         if pending:
             time.sleep(poll)
@@ -84,16 +92,17 @@ def main(grid: Grid, context: Context) -> None:
     while len(ids := list(grid.get_node_ids())) < nodes:
         time.sleep(0.5)
     arrays = ArrayRecord({{"w": Array(np.zeros(int(cfg["payload-floats"]), np.float32))}})
-    times = []
+    times, waves = [], []
     for rnd in range(1, rounds + 1):
         start = time.perf_counter()
         for kind in ("train", "evaluate"):
             msgs = [Message(RecordDict({{"arrays": arrays}}), dst_node_id=n, message_type=kind, group_id=str(rnd))
                     for n in ids]
-            replies = send(grid, msgs, poll)
+            waves.append({{"round": rnd, "kind": kind}})
+            replies = send(grid, msgs, poll, waves[-1])
             assert len(replies) == nodes and not any(r.has_error() for r in replies), replies
         times.append(time.perf_counter() - start)
-    Path(str(cfg["out"])).write_text(json.dumps({{"round_s": times}}))
+    Path(str(cfg["out"])).write_text(json.dumps({{"round_s": times, "waves": waves}}))
 '''
 
 
@@ -124,13 +133,14 @@ def run_simulation(cfg, work: Path, num_cpus: int) -> dict[str, Any]:
     return _summary(work / "simulation", time.perf_counter() - start)
 
 
-def run_deployment(cfg, work: Path, poll: float, task_poll: float | None, workers: bool = True) -> dict[str, Any]:
+def run_deployment(cfg, work: Path, poll: float, task_poll: float | None, workers: bool = True,
+                   isolation: str = "subprocess") -> dict[str, Any]:
     from fedhet.runtimes.flower.deploy import deploy_experiment
 
     name = "deployment" if workers else "deployment-no-workers"
     start = time.perf_counter()
     deploy_experiment(cfg, work / name, workdir=work / f"{name}-flower", timeout=3600,
-                      poll_interval=poll, task_poll_interval=task_poll, workers=workers)
+                      poll_interval=poll, task_poll_interval=task_poll, workers=workers, isolation=isolation)
     return _summary(work / name, time.perf_counter() - start)
 
 
@@ -142,7 +152,8 @@ def payload_floats(cfg) -> int:
     return sum(v.numel() for v in alg.init_server().model.values())
 
 
-def run_floor(cfg, work: Path, poll: float, task_poll: float | None, imports: list[str]) -> dict[str, Any]:
+def run_floor(cfg, work: Path, poll: float, task_poll: float | None, imports: list[str],
+              isolation: str = "subprocess") -> dict[str, Any]:
     """The no-op app on a fresh SuperLink + one SuperNode per client, as the deployment uses."""
     from fedhet.data import build_federated_data
     from fedhet.runtimes.flower.deploy import LocalFederation, flower_app_pyproject, flwr_run
@@ -157,7 +168,8 @@ def run_floor(cfg, work: Path, poll: float, task_poll: float | None, imports: li
     (app / "pyproject.toml").write_text(flower_app_pyproject(
         "fedhet-flower-floor", "no-op Flower app (benchmarks/flower_overhead.py)", "noop_app", app_config))
     start = time.perf_counter()
-    with LocalFederation(nodes, work / "floor-flower", task_poll_interval=task_poll) as federation:
+    with LocalFederation(nodes, work / "floor-flower", task_poll_interval=task_poll,
+                         isolation=isolation) as federation:
         flwr_run(app, federation, timeout=3600)
     wall = time.perf_counter() - start
     times = json.loads(out.read_text())["round_s"]
@@ -171,8 +183,11 @@ def main() -> None:
     parser.add_argument("--num-cpus", type=int, default=2, help="simulation: CPUs given to Ray")
     parser.add_argument("--poll-interval", type=float, default=0.2,
                         help="ServerApp reply polling, fedhet and floor (0: the floor uses Flower's send_and_receive)")
-    parser.add_argument("--task-poll-interval", type=float, default=None,
-                        help="FLWR_SUPEREXEC_TASK_POLL_INTERVAL for the deployments (Flower's default: 1 s)")
+    parser.add_argument("--task-poll-interval", type=float, default=TASK_POLL_INTERVAL,
+                        help="FLWR_SUPEREXEC_TASK_POLL_INTERVAL for the deployments (default: fedhet's, "
+                             f"{TASK_POLL_INTERVAL} s; Flower's own default is 1 s)")
+    parser.add_argument("--isolation", default="subprocess", choices=("subprocess", "process"),
+                        help="Flower's isolation mode for the deployments (process: fedhet starts the SuperExecs)")
     parser.add_argument("--floor-imports", default="", help="modules the no-op ClientApp imports, e.g. torch,fedhet")
     parser.add_argument("--workdir", default=None, help="where runs and Flower logs go (default: a temporary folder)")
     parser.add_argument("--out", default=None, help="JSON file to write")
@@ -195,16 +210,18 @@ def main() -> None:
             results[mode] = run_simulation(cfg, work, args.num_cpus)
         elif mode in ("deployment", "deployment-no-workers"):
             results[mode] = run_deployment(cfg, work, args.poll_interval, args.task_poll_interval,
-                                           workers=mode == "deployment")
+                                           workers=mode == "deployment", isolation=args.isolation)
         else:
             imports = [m for m in args.floor_imports.split(",") if m]
-            results[mode] = run_floor(cfg, work, args.poll_interval, args.task_poll_interval, imports)
+            results[mode] = run_floor(cfg, work, args.poll_interval, args.task_poll_interval, imports,
+                                      isolation=args.isolation)
         print(f"{mode}: {results[mode]['round_s']:.3f} s/round, {results[mode]['total_s']:.1f} s in all",
               file=sys.stderr, flush=True)
     report: dict[str, Any] = {
         "workload": "configs/quickstart.yaml method=fedbn (offline_digits, 4 clients), CPU, 1 torch thread",
         "rounds": args.rounds, "overrides": args.overrides, "poll_interval": args.poll_interval,
-        "task_poll_interval": args.task_poll_interval, "floor_imports": args.floor_imports,
+        "task_poll_interval": args.task_poll_interval, "isolation": args.isolation,
+        "floor_imports": args.floor_imports,
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
                     "torch": torch.__version__, "load_avg": os.getloadavg()},
         "results": results,

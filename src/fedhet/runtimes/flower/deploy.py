@@ -12,30 +12,65 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TextIO
 
 from fedhet.config import ExperimentConfig
 from fedhet.engine.loop import Interrupted
 from fedhet.engine.rundir import RunDirectory, check_writable_path, start_check
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower.app_folder import flower_app_pyproject, write_flower_app
-from fedhet.runtimes.flower.federation import CONNECTION, LocalFederation
+from fedhet.runtimes.flower.federation import CONNECTION, TASK_POLL_INTERVAL, LocalFederation
 from fedhet.runtimes.flower.processes import descendants, executable, free_port, signal_group
 from fedhet.runtimes.flower.tls import CA, TlsFiles, make_self_signed
 
-__all__ = ["CONNECTION", "LocalFederation", "deploy_experiment", "descendants", "flower_app_pyproject", "flwr_run",
-           "free_port", "write_flower_app"]
+__all__ = ["CONNECTION", "LocalFederation", "ProgressEcho", "deploy_experiment", "descendants", "flower_app_pyproject",
+           "flwr_run", "free_port", "write_flower_app"]
 
 log = logging.getLogger(__name__)
+PROGRESS_MARK = "[fedhet]"  # the ServerApp's progress lines start with it
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
-def flwr_run(app_dir: Path, federation: LocalFederation, timeout: float) -> None:
-    """`flwr run APP CONNECTION --stream`, failing clearly when it, or a Flower process, fails."""
+class ProgressEcho:
+    """Follows a growing log file and writes each new complete line holding `mark` (from the mark on, colour
+    codes removed) to `out`: the ServerApp's "[fedhet] round ..." lines as `flwr run --stream` receives them."""
+
+    def __init__(self, path: Path, out: TextIO | None = None, mark: str = PROGRESS_MARK) -> None:
+        self.path, self.out, self.mark = path, out, mark
+        self.offset, self.partial = 0, b""
+
+    def poll(self) -> list[str]:
+        """Echo (and return) the marked lines completed since the last call."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        found = []
+        for raw in lines:
+            line = ANSI.sub("", raw.decode(errors="replace")).rstrip()
+            if self.mark in line:
+                found.append(line[line.index(self.mark):])
+        if found:
+            print("\n".join(found), file=self.out or sys.stderr, flush=True)
+        return found
+
+
+def flwr_run(app_dir: Path, federation: LocalFederation, timeout: float, progress: bool = False) -> None:
+    """`flwr run APP CONNECTION --stream`, failing clearly when it, or a Flower process, fails; with
+    `progress`, the ServerApp's "[fedhet] ..." lines are echoed to stderr as they arrive (`ProgressEcho`)."""
     log_path = federation.logs / "flwr-run.log"
+    echo = ProgressEcho(log_path) if progress else None
     with open(log_path, "wb") as out:
         proc = subprocess.Popen([executable("flwr"), "run", str(app_dir), CONNECTION, "--stream"], stdout=out,
                                 stderr=subprocess.STDOUT, env=federation.env, cwd=federation.workdir,
@@ -46,9 +81,13 @@ def flwr_run(app_dir: Path, federation: LocalFederation, timeout: float) -> None
                 if time.monotonic() > deadline:
                     raise FedhetError(f"`flwr run` did not finish within {timeout:.0f} s; see {federation.logs}")
                 _check_task_starts(federation.logs)
-                time.sleep(1.0)
+                if echo is not None:
+                    echo.poll()
+                time.sleep(0.5)
         finally:
             signal_group(proc, signal.SIGKILL)
+            if echo is not None:
+                echo.poll()
     if proc.returncode != 0:
         raise FedhetError(f"`flwr run` failed with code {proc.returncode}; see {log_path}")
 
@@ -70,8 +109,9 @@ def _check_task_starts(logs: Path, limit: int = 6) -> None:
 def deploy_experiment(cfg: ExperimentConfig, run_dir: str | Path, workdir: str | Path | None = None,
                       port: int | None = None, timeout: float = 3600.0, resume: bool = False,
                       stop_after: int | None = None, tls_dir: str | Path | None = None,
-                      poll_interval: float = 0.2, task_poll_interval: float | None = None,
-                      workers: bool = True) -> Path:
+                      poll_interval: float = 0.2, task_poll_interval: float | None = TASK_POLL_INTERVAL,
+                      workers: bool = True, isolation: str = "subprocess", supernode_auth: bool = False,
+                      progress: bool = True) -> Path:
     """Run `cfg` on a fresh local SuperLink + one SuperNode per client; returns the run directory.
 
     Everything Flower writes (the App folder, logs, FLWR_HOME with config.toml and the installed FAB) goes to
@@ -79,9 +119,10 @@ def deploy_experiment(cfg: ExperimentConfig, run_dir: str | Path, workdir: str |
     states in `<run_dir>/client_states/`, so `resume=True` continues a stopped or interrupted run from its
     checkpoint. `timeout` bounds the whole `flwr run`; `tls_dir` holds ca.crt / server.pem / server.key
     (see `tls`), and is filled with self-signed ones for 127.0.0.1 when it holds none. `poll_interval`: seconds
-    between the ServerApp's pulls for replies; `task_poll_interval`, `workers` (a fedhet worker beside each
-    SuperNode, so ClientApp processes do not import torch and rebuild the experiment per message): see
-    `LocalFederation`."""
+    between the ServerApp's pulls for replies; `task_poll_interval` (None: Flower's 1 s), `isolation`,
+    `supernode_auth` (needs `tls_dir`), `workers` (a fedhet worker beside each SuperNode, so ClientApp
+    processes do not import torch and rebuild the experiment per message): see `LocalFederation`.
+    `progress`: echo the ServerApp's "[fedhet] round ..." lines to stderr as they arrive."""
     from fedhet.data import build_federated_data
     from fedhet.runtimes.flower.faults import STOPPED_FILE
 
@@ -104,10 +145,10 @@ def deploy_experiment(cfg: ExperimentConfig, run_dir: str | Path, workdir: str |
                                resume=resume, stop_after=stop_after or 0, poll_interval=poll_interval)
     started = time.time()
     federation = LocalFederation(num_clients, work, port=port, tls=tls, task_poll_interval=task_poll_interval,
-                                 workers=workers)
+                                 workers=workers, isolation=isolation, supernode_auth=supernode_auth)
     try:
         with federation:
-            flwr_run(app_dir, federation, timeout)
+            flwr_run(app_dir, federation, timeout, progress=progress)
     except KeyboardInterrupt:
         raise Interrupted(_interrupted_message(checkpoint, started)) from None
     except FedhetError:

@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from fedhet.errors import FedhetError
+from fedhet.errors import ConfigError, FedhetError
 from fedhet.runtimes.flower import require_flower
 from fedhet.runtimes.flower.app_folder import toml_string
+from fedhet.runtimes.flower.node_auth import make_node_key, register_node_keys
 from fedhet.runtimes.flower.processes import executable, free_port, signal_group, stop_process_trees, wait_for_port
 from fedhet.runtimes.flower.tls import TlsFiles
 
@@ -34,27 +35,41 @@ def node_security(tls: TlsFiles | None) -> list[str]:
     return ["--insecure"] if tls is None else ["--root-certificates", str(tls.ca)]
 
 
+TASK_POLL_INTERVAL = 0.05  # seconds; Flower's default is 1 s (docs/results/runtimes.md, "Deployment speed")
+ISOLATIONS = ("subprocess", "process")
+
+
 class LocalFederation:
     """A SuperLink and `num_nodes` SuperNodes on 127.0.0.1, stopped on exit even after errors.
 
     With `tls` (a `TlsFiles`), the SuperLink serves HTTPS with that certificate, the SuperNodes and `flwr`
     verify it with the CA certificate (`--root-certificates`, config `root-certificates`); else everything
     runs `--insecure`. `task_poll_interval` sets Flower's FLWR_SUPEREXEC_TASK_POLL_INTERVAL (seconds between
-    the SuperExecs' checks for a new ServerApp / ClientApp task; Flower's default 1 s). With `workers`, a
-    `fedhet flower worker` runs beside each SuperNode (socket `<workdir>/workers/node<i>.sock`, named in the
-    node config as `fedhet-worker`) and the lean ClientApp of `node_app` forwards every message to it."""
+    the SuperExecs' checks for a new ServerApp / ClientApp task; None: Flower's default, 1 s). `isolation`
+    "process" starts the SuperLink and SuperNodes with `--isolation process` and runs their `flower-superexec`
+    as separate processes (Flower's default "subprocess": each starts its own). `supernode_auth` (needs `tls`)
+    starts the SuperLink with `--enable-supernode-auth` and registers a fresh key pair per SuperNode
+    (`<workdir>/node-keys`, node_auth.py). With `workers`, a `fedhet flower worker` runs beside each SuperNode
+    (socket `<workdir>/workers/node<i>.sock`, named in the node config as `fedhet-worker`) and the lean
+    ClientApp of `node_app` forwards every message to it."""
 
     def __init__(self, num_nodes: int, workdir: str | Path, port: int | None = None,
                  extra_node_config: str = "", tls: TlsFiles | None = None,
-                 task_poll_interval: float | None = None, workers: bool = False) -> None:
+                 task_poll_interval: float | None = TASK_POLL_INTERVAL, workers: bool = False,
+                 isolation: str = "subprocess", supernode_auth: bool = False) -> None:
+        if isolation not in ISOLATIONS:
+            raise ConfigError(f"isolation must be one of {', '.join(ISOLATIONS)}, not {isolation!r}")
+        if supernode_auth and tls is None:
+            raise ConfigError("SuperNode authentication needs TLS (Flower refuses it over --insecure); give tls too")
         self.num_nodes, self.workdir = num_nodes, Path(workdir)
-        self.workers = workers
+        self.workers, self.isolation, self.supernode_auth = workers, isolation, supernode_auth
         self._socket_dir: Path | None = None
         self.port = port or free_port()
         self.extra_node_config = extra_node_config
         self.tls = tls
         self.flwr_home = self.workdir / "flwr-home"
         self.logs = self.workdir / "logs"
+        self.node_keys = self.workdir / "node-keys"
         self.procs: list[subprocess.Popen[bytes]] = []
         self._spawned: dict[subprocess.Popen[bytes], tuple[str, list[str]]] = {}  # process -> (name, command)
         self.env = {"FLWR_TELEMETRY_ENABLED": "0", **os.environ, "FLWR_HOME": str(self.flwr_home),
@@ -80,9 +95,18 @@ class LocalFederation:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.flwr_home.mkdir(parents=True, exist_ok=True)
         try:
-            link = self._spawn("superlink", [executable("flower-superlink"), *link_security(self.tls),
-                                             "--port", str(self.port), "--disable-runtime-dependency-installation"])
+            extra = ["--enable-supernode-auth"] if self.supernode_auth else []
+            link = self._spawn("superlink", [executable("flower-superlink"), *link_security(self.tls), *extra,
+                                             "--isolation", self.isolation, "--port", str(self.port),
+                                             "--disable-runtime-dependency-installation"])
             wait_for_port(self.port, timeout, link, self.logs / "superlink.log")
+            if self.isolation == "process":
+                tls = [] if self.tls is None else ["--root-certificates", str(self.tls.ca)]
+                self._start_superexec("superexec-link", self.port, tls)
+            self.write_connection()
+            if self.supernode_auth:
+                keys = [make_node_key(self.node_keys, f"node{i}")[1] for i in range(self.num_nodes)]
+                register_node_keys(executable("flwr"), keys, CONNECTION, self.env, self.workdir)
             for i in range(self.num_nodes):
                 if self.workers:
                     self.start_worker(i, timeout)
@@ -90,8 +114,12 @@ class LocalFederation:
         except BaseException:
             self.stop()
             raise
-        self.write_connection()
         return self
+
+    def _start_superexec(self, name: str, port: int, security: list[str]) -> subprocess.Popen[bytes]:
+        """`flower-superexec` for the Runtime API on `port` (isolation "process")."""
+        return self._spawn(name, [executable("flower-superexec"), *(security or ["--insecure"]),
+                                  "--runtime-api-address", f"127.0.0.1:{port}"])
 
     def worker_socket(self, partition: int) -> Path:
         """`<workdir>/workers/node<i>.sock`, or under a short temporary folder when that path is too long for
@@ -116,25 +144,38 @@ class LocalFederation:
             time.sleep(0.1)
         return proc
 
-    def start_node(self, partition: int) -> subprocess.Popen[bytes]:
-        """Start the SuperNode holding `partition` (also to restart one that was killed)."""
+    def start_node(self, partition: int, auth_key: Path | None = None) -> subprocess.Popen[bytes]:
+        """Start the SuperNode holding `partition` (also to restart one that was killed); with SuperNode
+        authentication it signs with `auth_key` (default: its registered `<workdir>/node-keys/node<i>`)."""
         worker = f' fedhet-worker="{self.worker_socket(partition)}"' if self.workers else ""
         node_config = (f"partition-id={partition} num-partitions={self.num_nodes}{worker} "
                        f"{self.extra_node_config}").strip()
-        return self._spawn(f"supernode-{partition}", [executable("flower-supernode"), *node_security(self.tls),
-                                                      "--superlink", self.address, "--port", str(free_port()),
-                                                      "--node-config", node_config])
+        key = auth_key or (self.node_keys / f"node{partition}" if self.supernode_auth else None)
+        auth = [] if key is None else ["--auth-supernode-private-key", str(key)]
+        runtime_port = free_port()
+        node = self._spawn(f"supernode-{partition}", [executable("flower-supernode"), *node_security(self.tls), *auth,
+                                                      "--superlink", self.address, "--isolation", self.isolation,
+                                                      "--port", str(runtime_port), "--node-config", node_config])
+        if self.isolation == "process":
+            self._start_superexec(f"superexec-{partition}", runtime_port, [])
+        return node
 
-    def node_process(self, partition: int) -> subprocess.Popen[bytes]:
-        """The (latest) SuperNode process of `partition`."""
-        name = f"supernode-{partition}"
-        return next(p for p in reversed(self.procs) if self._spawned[p][0] == name)
+    def node_process(self, partition: int, kind: str = "supernode") -> subprocess.Popen[bytes]:
+        """The latest process `kind` ("supernode", "superexec", "worker") started for `partition`."""
+        name = f"{kind}-{partition}"
+        proc = next((p for p in reversed(self.procs) if self._spawned[p][0] == name), None)
+        if proc is None:
+            raise FedhetError(f"no {kind} was started for partition {partition}")
+        return proc
 
     def kill_node(self, partition: int, sig: signal.Signals = signal.SIGKILL) -> None:
-        """Send `sig` to the SuperNode of `partition` and its ClientApp processes (fault injection)."""
-        proc = self.node_process(partition)
-        signal_group(proc, sig)
-        proc.wait(timeout=30)
+        """Send `sig` to the SuperNode of `partition` and its ClientApp processes (fault injection); with
+        isolation "process" also to its SuperExec (start_node starts a new one)."""
+        kinds = ("supernode", "superexec") if self.isolation == "process" else ("supernode",)
+        for kind in kinds:
+            proc = self.node_process(partition, kind)
+            signal_group(proc, sig)
+            proc.wait(timeout=30)
 
     def write_connection(self) -> Path:
         """Flower's CLI config (FLWR_HOME/config.toml) with this SuperLink as the default connection."""
