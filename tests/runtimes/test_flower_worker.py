@@ -150,8 +150,7 @@ def test_an_authenticated_peer_cannot_make_the_worker_run_code(worker_socket: Pa
         with Client(str(worker_socket), family="AF_UNIX", authkey=read_key(worker_socket)) as conn:
             conn.send_bytes(payload)
             reply = read_reply(conn.recv_bytes())
-        assert isinstance(reply, str) and reply, reply  # an error reply
-    assert reply.startswith("malformed request") or "Error" in reply
+        assert isinstance(reply, str) and reply.startswith("malformed request: "), reply  # an error reply
     assert not marker.exists()
     assert _partition(node_app.forward("query", RecordDict(), _context(str(worker_socket)))) == 1
     pickle.loads(crafted[0])  # the payload is armed: the old channel's unpickling would have run it
