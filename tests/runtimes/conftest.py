@@ -18,3 +18,12 @@ def private_flower_home(tmp_path_factory):
         mp.setenv("FLWR_HOME", str(home))
         yield home
     assert (sorted(real.rglob("*")) if real.exists() else None) == before
+
+
+@pytest.fixture
+def task_identity(monkeypatch):
+    """flwr >= 1.2x creates Messages only inside a task (a ServerApp process sets this); emulate one here."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for name, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):
+        monkeypatch.setattr(TaskIdentity, name, value)

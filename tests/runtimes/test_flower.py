@@ -7,6 +7,7 @@ be bit-identical; the comparisons are exact (`==` on the metrics.jsonl rows).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -29,13 +30,17 @@ from fedhet.config import load_config  # noqa: E402
 from fedhet.core.messages import Message  # noqa: E402
 from fedhet.engine.experiment import build_experiment  # noqa: E402
 from fedhet.engine.safe_load import load_trusted  # noqa: E402
+from fedhet.errors import ConfigError  # noqa: E402
 from fedhet.launch.run import run_experiment  # noqa: E402
 from fedhet.runtimes.flower import client as flower_client  # noqa: E402
 from fedhet.runtimes.flower import node_app  # noqa: E402
 from fedhet.runtimes.flower.app import FlowerSettings  # noqa: E402
 from fedhet.runtimes.flower.records import (  # noqa: E402
-    from_content,
-    to_content,
+    evaluate_reply_content,
+    fit_reply_content,
+    read_fit_reply,
+    read_request,
+    request_content,
 )
 from fedhet.runtimes.flower.round_loop import FlowerRoundLoop  # noqa: E402
 from fedhet.runtimes.flower.worker import Worker  # noqa: E402
@@ -52,15 +57,6 @@ def cfg(*extra: str):
 pytestmark = pytest.mark.usefixtures("private_flower_home")
 
 
-@pytest.fixture
-def task_identity(monkeypatch):
-    """flwr >= 1.2x creates Messages only inside a task (a ServerApp process sets this); emulate one here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    for name, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):
-        monkeypatch.setattr(TaskIdentity, name, value)
-
-
 def rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -69,14 +65,36 @@ def test_message_records_roundtrip() -> None:
     msg = Message(arrays={"w": torch.randn(3, 2), "bn.num_batches_tracked": torch.tensor(7), "h": torch.ones(2).half(),
                           "t": torch.randn(4, 3).t()},
                   scalars={"loss": 0.25, "steps": 3, "name": "a", "flag": True})
-    back, meta = from_content(to_content(msg, round=2, client=1))
-    assert meta == {"round": 2, "client": 1}
-    assert back.scalars == msg.scalars and all(type(back.scalars[k]) is type(v) for k, v in msg.scalars.items())
-    assert list(back.arrays) == list(msg.arrays)
-    for key, value in msg.arrays.items():
-        assert back.arrays[key].dtype == value.dtype and torch.equal(back.arrays[key], value), key
-    empty, _ = from_content(to_content(Message(), round=1, client=0))
-    assert empty.arrays == {} and empty.scalars == {}
+    request = read_request(request_content(msg, 2, split="test", **{"state-round": 1, "keep-rounds": [0, 1]}))
+    assert (request.round, request.split, request.state_round, request.keep_rounds) == (2, "test", 1, (0, 1))
+    reply, num_examples = read_fit_reply(fit_reply_content(msg, 12))
+    assert num_examples == 12
+    for back in (request.message, reply):
+        assert back.scalars == msg.scalars and all(type(back.scalars[k]) is type(v) for k, v in msg.scalars.items())
+        assert list(back.arrays) == list(msg.arrays)
+        for key, value in msg.arrays.items():
+            assert back.arrays[key].dtype == value.dtype and torch.equal(back.arrays[key], value), key
+    empty = read_request(request_content(Message(), 1))
+    assert empty.message.arrays == {} and empty.message.scalars == {} and empty.state_round is None
+    with pytest.raises(ValueError, match="reserved"):
+        request_content(Message(scalars={"server-round": 1}), 1)
+
+
+def test_messages_follow_flowers_conventions() -> None:
+    """What Flower's own strategies send and read: arrays in "arrays", the round in config "server-round",
+    num-examples with the numeric scalars in the one MetricRecord "metrics"."""
+    msg = Message(arrays={"w": torch.ones(2)}, scalars={"mu": 0.1})
+    request = request_content(msg, 3)
+    assert set(request) == {"arrays", "config"} and request["config"]["server-round"] == 3
+    reply = fit_reply_content(Message(arrays={"w": torch.ones(2)}, scalars={"train_loss": 0.5, "steps": 4}), 10)
+    assert set(reply) == {"arrays", "metrics"}
+    assert dict(reply["metrics"]) == {"train_loss": 0.5, "steps": 4, "num-examples": 10}
+    from flwr.serverapp.strategy.strategy_utils import validate_message_reply_consistency
+
+    validate_message_reply_consistency([reply, reply], "num-examples", check_arrayrecord=True)
+    evaluate = evaluate_reply_content({"accuracy": 0.5, "balanced_accuracy": 0.5, "loss": 1.0, "num_examples": 4})
+    validate_message_reply_consistency([evaluate, evaluate_reply_content(None)], "num-examples",
+                                       check_arrayrecord=False)
 
 
 class LoopbackGrid:
@@ -175,7 +193,7 @@ def test_state_dir_restores_a_restarted_node(tmp_path, task_identity) -> None:
     context = Context(run_id=1, node_id=1, state=RecordDict(), run_config={},
                       node_config={"partition-id": 2, "num-partitions": 4, "state-dir": str(tmp_path)})
     server = exp.algorithm.init_server()
-    content = to_content(exp.algorithm.broadcast(server, exp.round_info(1), 2), round=1, client=2)
+    content = request_content(exp.algorithm.broadcast(server, exp.round_info(1), 2), 1, **{"state-round": 0})
     msg = FlowerMessage(content, dst_node_id=1, message_type="train")
     flower_client.handle("train", msg, context, setup)
     saved = flower_client.stored_state(context, 1)
@@ -243,12 +261,28 @@ def test_cli_writes_a_valid_flower_app(tmp_path) -> None:
     assert main(args) == 0
     config, warnings = load_and_validate(tmp_path / "app" / "pyproject.toml")
     assert config is not None, warnings
-    run_config = tomli.loads((tmp_path / "app" / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    from flwr.common.config import flatten_dict, fuse_dicts, parse_config_args
+
+    from fedhet.engine.experiment import method_params
+
+    nested = tomli.loads((tmp_path / "app" / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    run_config = flatten_dict(nested)  # what Flower hands the apps as context.run_config
     settings = FlowerSettings.from_run_config(run_config)
     assert settings.run_dir == str((tmp_path / "r").resolve())
     expected = cfg("method=fedbn").to_dict()
     expected["run"]["runtime"] = "flower"
-    assert settings.config == expected
+    assert settings.config == {**expected, "method_args": dataclasses.asdict(method_params(cfg("method=fedbn")))}
+    # `flwr run --run-config` overrides, fused as Flower fuses them: fedhet keys and Flower-style aliases
+    overrides = parse_config_args(['train.lr=0.05 num-server-rounds=5 data.max_train_per_client=40'])
+    fused = fuse_dicts(run_config, overrides)
+    changed = FlowerSettings.from_run_config(fused).config
+    assert (changed["train"]["lr"], changed["rounds"], changed["data"]["max_train_per_client"]) == (0.05, 5, 40)
+    with pytest.raises(ValueError, match="trian.lr"):  # Flower refuses a key the App does not list
+        fuse_dicts(run_config, parse_config_args(["trian.lr=0.05"]))
+    with pytest.raises(ConfigError, match="train.lr must be > 0"):
+        FlowerSettings.from_run_config(fuse_dicts(run_config, parse_config_args(["train.lr=-1.0"])))
+    with pytest.raises(ConfigError, match="trian.*train"):  # a hand-written run config: the nearest key is named
+        FlowerSettings.from_run_config({**run_config, "trian.lr": 0.05})
 
 
 def test_local_federation_stops_its_processes_even_on_error(tmp_path) -> None:

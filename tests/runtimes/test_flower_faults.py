@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import threading
@@ -25,7 +26,7 @@ import torch
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # read when flwr is imported
 pytest.importorskip("flwr")
 
-from flwr.app import ArrayRecord, Context, Error, RecordDict  # noqa: E402
+from flwr.app import ArrayRecord, Context, Error, MetricRecord, RecordDict  # noqa: E402
 from flwr.app import Message as FlowerMessage  # noqa: E402
 
 from fedhet.algorithms import ALGORITHMS  # noqa: E402
@@ -40,7 +41,7 @@ from fedhet.engine.sampling import sample_clients  # noqa: E402
 from fedhet.launch.run import run_experiment  # noqa: E402
 from fedhet.runtimes.flower import client as flower_client  # noqa: E402
 from fedhet.runtimes.flower.faults import FAULTS_FILE, STOPPED_FILE, RoundFailed, short_reason  # noqa: E402
-from fedhet.runtimes.flower.records import metrics_content, to_content  # noqa: E402
+from fedhet.runtimes.flower.records import evaluate_reply_content, fit_reply_content  # noqa: E402
 from fedhet.runtimes.flower.round_loop import FlowerRoundLoop  # noqa: E402
 from fedhet.runtimes.flower.validation import (  # noqa: E402
     ReplyRejected,
@@ -68,15 +69,6 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 pytestmark = pytest.mark.usefixtures("private_flower_home")
-
-
-@pytest.fixture
-def task_identity(monkeypatch):
-    """flwr >= 1.2x creates Messages only inside a task (a ServerApp process sets this); emulate one here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    for name, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):
-        monkeypatch.setattr(TaskIdentity, name, value)
 
 
 class FaultyGrid:
@@ -120,9 +112,9 @@ class FaultyGrid:
                 reply = flower_client.handle(kind, msg, self.contexts[node], self.setup)
             except Exception as err:  # noqa: BLE001 - as a SuperNode does: an error reply
                 reply = msg.create_error_reply(Error(code=2, reason=f"{type(err).__name__}: {err}"))
-            if kind != "query":
-                meta = msg.content.config_records["fedhet"]
-                fault = self.faults.get((kind, int(meta["round"]), int(meta["client"])))
+            if not kind.startswith("query"):
+                rnd = int(msg.content.config_records["config"]["server-round"])
+                fault = self.faults.get((kind, rnd, int(self.contexts[node].node_config["partition-id"])))
                 if fault is not None:
                     reply = fault(msg, reply)
             if reply is not None:
@@ -217,18 +209,23 @@ def test_validation_names_the_problem(task_identity) -> None:
     for bad, reason in cases:
         with pytest.raises(ReplyRejected, match=reason):
             check_arrays(bad, spec)
-    good = to_content(Message(arrays), client=2, **{"num-examples": 5})
-    assert fit_reply(good, 2, spec).num_examples == 5
-    with pytest.raises(ReplyRejected, match="claims to come from client 2"):
-        fit_reply(good, 1, spec)
+    assert fit_reply(fit_reply_content(Message(arrays), 5), spec)[1] == 5
     with pytest.raises(ReplyRejected, match="negative example count"):
-        fit_reply(to_content(Message(arrays), client=2, **{"num-examples": -1}), 2, spec)
+        fit_reply(fit_reply_content(Message(arrays), -1), spec)
+    no_count = fit_reply_content(Message(arrays), 5)
+    del no_count["metrics"]["num-examples"]
     with pytest.raises(ReplyRejected, match="num-examples"):
-        fit_reply(to_content(Message(arrays), client=2), 2, spec)
-    assert evaluate_reply(metrics_content(None)) is None
-    assert evaluate_reply(metrics_content({"accuracy": 0.5, "balanced_accuracy": 0.5, "loss": 1.0}))["loss"] == 1.0
-    with pytest.raises(ReplyRejected, match="lacks metric"):
-        evaluate_reply(metrics_content({"accuracy": 0.5}))
+        fit_reply(no_count, spec)
+    assert evaluate_reply(evaluate_reply_content(None)) is None
+    full = evaluate_reply(evaluate_reply_content({"accuracy": 0.5, "balanced_accuracy": 0.5, "loss": 1.0,
+                                                  "num_examples": 7}))
+    assert full == {"accuracy": 0.5, "balanced_accuracy": 0.5, "loss": 1.0, "num_examples": 7}
+    # a Flower quickstart ClientApp's names are read as fedhet's; what it does not report is NaN
+    stock = evaluate_reply(RecordDict({"metrics": MetricRecord({"eval_acc": 0.5, "eval_loss": 2.0,
+                                                                 "num-examples": 3})}))
+    assert stock["accuracy"] == 0.5 and stock["loss"] == 2.0 and math.isnan(stock["balanced_accuracy"])
+    with pytest.raises(ReplyRejected, match="'loss' is inf"):
+        evaluate_reply(RecordDict({"metrics": MetricRecord({"loss": float("inf"), "num-examples": 3})}))
     with pytest.raises(ReplyRejected, match="without metrics"):
         evaluate_reply(RecordDict())
 
@@ -296,10 +293,13 @@ def test_offline_node_is_skipped_and_a_restarted_node_rejoins(tmp_path, task_ide
     grid = FaultyGrid(flower_client.ClientSetup(c.to_dict(), state_dir=str(tmp_path / "states")), 4)
 
     def node_dies_then_restarts(msg: FlowerMessage) -> None:
-        meta = msg.content.config_records.get("fedhet")
-        if msg.metadata.message_type == "evaluate" and meta is not None and meta["round"] == 1 and meta["client"] == 3:
+        if msg.metadata.message_type != "evaluate" or grid.contexts[msg.metadata.dst_node_id].node_config[
+                "partition-id"] != 3:
+            return
+        rnd = msg.content.config_records["config"]["server-round"]
+        if rnd == 1:
             grid.offline.add(101)  # client 1's node dies after round 1 (its evaluation is done)
-        if msg.metadata.message_type == "evaluate" and meta is not None and meta["round"] == 2 and meta["client"] == 3:
+        if rnd == 2:
             grid.restart(1, new_node=201)  # and is back for round 3
 
     grid.on_push = node_dies_then_restarts

@@ -62,6 +62,11 @@ class Experiment:
     model_fn: Callable[[], SplitModel]
     arrangement: Arrangement
 
+    def init_server(self) -> Any:
+        """The algorithm's initial server state, drawn from the run's seed (every runtime starts from it)."""
+        with seeded(self.config.seed, "server-init"):
+            return self.algorithm.init_server()
+
     def round_info(self, rnd: int) -> RoundInfo:
         """Round `rnd` of this run, as the algorithm sees it."""
         return RoundInfo(round=rnd, rounds=self.config.rounds, num_clients=len(self.data.clients),

@@ -87,8 +87,7 @@ class RoundLoop:
         self.alg = exp.algorithm
         self.progress = progress and not self.cfg.run.quiet
         self.on_phase = on_phase
-        with seeded(self.cfg.seed, "server-init"):
-            self.server = self.alg.init_server()
+        self.server = exp.init_server()
         self.round, self.elapsed = 0, 0.0
         self.metrics: list[dict[str, Any]] = []
         self.config_changes: list[dict[str, Any]] = []

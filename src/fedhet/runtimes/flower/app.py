@@ -49,8 +49,9 @@ class FlowerSettings:
 
     def to_run_config(self) -> dict[str, RunConfigValue]:
         """As Flower run-config values: the experiment as flat dotted keys (run_config.py) plus the runtime keys."""
-        runtime = {"run-dir": self.run_dir, "wait-for-nodes": self.wait_for_nodes, "poll-interval": self.poll_interval,
-                   "client-state-dir": self.client_state_dir, "resume": self.resume, "stop-after": self.stop_after}
+        runtime: dict[str, RunConfigValue] = {
+            "run-dir": self.run_dir, "wait-for-nodes": self.wait_for_nodes, "poll-interval": self.poll_interval,
+            "client-state-dir": self.client_state_dir, "resume": self.resume, "stop-after": self.stop_after}
         return {**experiment_run_config(self.config), **runtime}
 
     @classmethod

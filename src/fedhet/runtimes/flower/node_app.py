@@ -80,6 +80,6 @@ def evaluate(msg: Message, context: Context) -> Message:
     return answer("evaluate", msg, context)
 
 
-@client_app.query()
+@client_app.query("partition_id")  # records.QUERY_ACTION (this module imports only Flower)
 def query(msg: Message, context: Context) -> Message:
     return answer("query", msg, context)

@@ -82,7 +82,7 @@ def fit_reply_content(msg: Message, num_examples: int) -> RecordDict:
     if NUM_EXAMPLES in numeric:
         raise ValueError(f"a reply scalar may not be named '{NUM_EXAMPLES}' (Flower's sample-count key)")
     content = RecordDict({ARRAYS: _arrays(msg), METRICS: MetricRecord({**numeric, NUM_EXAMPLES: num_examples})})
-    other = {k: v for k, v in msg.scalars.items() if k not in numeric}
+    other: dict[str, Any] = {k: v for k, v in msg.scalars.items() if k not in numeric}
     if other:
         content[CONFIG] = ConfigRecord(other)
     return content
@@ -103,7 +103,7 @@ def evaluate_reply_content(metrics: dict[str, float] | None) -> RecordDict:
         return RecordDict({METRICS: MetricRecord({"accuracy": 0.0, "balanced_accuracy": 0.0, "loss": 0.0,
                                                   NUM_EXAMPLES: 0}),
                            CONFIG: ConfigRecord({SKIPPED: True})})
-    values = {(NUM_EXAMPLES if k == "num_examples" else k): v for k, v in metrics.items()}
+    values: dict[str, Any] = {(NUM_EXAMPLES if k == "num_examples" else k): v for k, v in metrics.items()}
     return RecordDict({METRICS: MetricRecord(values)})
 
 

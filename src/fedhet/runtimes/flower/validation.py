@@ -88,7 +88,8 @@ def evaluate_reply(content: RecordDict) -> dict[str, float] | None:
     NaN; its other metrics are kept as they are; `num-examples` becomes `num_examples`."""
     metrics = read_evaluate_reply(content)
     if metrics is None:
-        if content.config_records.get(CONFIG, {}).get(SKIPPED) is True:
+        config = content.config_records.get(CONFIG)
+        if config is not None and config.get(SKIPPED) is True:
             return None
         raise ReplyRejected("evaluate reply without metrics")
     for key, value in metrics.items():
