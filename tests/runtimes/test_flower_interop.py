@@ -132,20 +132,23 @@ def quickstart_client_app(c) -> ClientApp:
     return app
 
 
-def test_fedhets_server_drives_a_quickstart_client_app(tmp_path) -> None:
-    """fedhet's ServerApp loop (run directory, metrics rows) with stock ClientApps: no query answered (they
-    get client ids in node order), `lr` read from the train config, num-examples from their MetricRecord,
-    eval_acc / eval_loss read as accuracy / loss."""
+@pytest.mark.parametrize("partition_query", [True, False])
+def test_fedhets_server_drives_a_quickstart_client_app(tmp_path, partition_query) -> None:
+    """fedhet's ServerApp loop (run directory, metrics rows) with stock ClientApps: the partition query they do
+    not answer (or none, run config `partition-query = false`) gives them client ids in node order, `lr` is
+    read from the train config, num-examples from their MetricRecord, eval_acc / eval_loss as accuracy / loss."""
     c = cfg("method=fedavg", "train.local_steps=null", "train.local_epochs=8")
     grid = AppGrid([quickstart_client_app(c)] * 4)
-    result = FlowerRoundLoop(build_experiment(c), tmp_path / "run", grid, progress=False).run()
+    loop = FlowerRoundLoop(build_experiment(c), tmp_path / "run", grid, progress=False,
+                           partition_query=partition_query)
+    result = loop.run()
     assert result.rounds_completed == 3
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     avg = [r for r in metrics if r["client"] == "avg" and r["split"] == "test"]
     assert [r["round"] for r in avg] == [1, 2, 3]
     assert avg[-1]["accuracy"] > 0.3 and avg[-1]["num_examples"] > 0  # learned; chance is 0.1
     assert all(r["balanced_accuracy"] != r["balanced_accuracy"] for r in metrics if r["client"] != "avg")  # NaN
-    assert sum(kind.startswith("query") for _, kind in grid.sent) == 4  # asked once, at the start
+    assert sum(kind.startswith("query") for _, kind in grid.sent) == (4 if partition_query else 0)  # once, at start
 
 
 FEDERATED = sorted(m for m in ALGORITHMS.names() if not ALGORITHMS.get(m).centralized)
@@ -186,3 +189,38 @@ def test_flower_md_strategy_example_runs(tmp_path, monkeypatch) -> None:
     namespace["server_app"](grid, Context(run_id=1, node_id=0, state=RecordDict(),
                                           run_config={"num-server-rounds": 2}, node_config={}))
     assert sum(kind == "train" for _, kind in grid.sent) == 8  # 4 clients, 2 rounds
+
+
+@pytest.mark.slow
+def test_on_flowers_simulation_engine_both_ways(tmp_path) -> None:
+    """The same two pairings on Flower's real runtime (simulation engine, Ray): a stock FedAvg ServerApp with
+    fedhet's ClientApp, and fedhet's ServerApp with the quickstart-style ClientApp."""
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.simulation import run_simulation
+
+    from fedhet.runtimes.flower.app import make_server_app
+    from fedhet.runtimes.flower.simulation import backend_config
+
+    c = cfg("method=fedprox")
+    exp = build_experiment(c)
+    initial = ArrayRecord(exp.algorithm.server_model(exp.algorithm.init_server()).state_dict())
+    results = []
+    stock_server = ServerApp()
+
+    @stock_server.main()
+    def main(grid: Grid, context: Context) -> None:
+        strategy = FedAvg(min_train_nodes=4, min_evaluate_nodes=4, min_available_nodes=4)
+        results.append(strategy.start(grid=grid, initial_arrays=initial, num_rounds=2))
+
+    run_simulation(stock_server, make_client_app(FlowerSettings(config=c.to_dict())), num_supernodes=4,
+                   backend_config=backend_config(2, 1))  # type: ignore[arg-type]
+    assert results and results[0].evaluate_metrics_clientapp[2]["accuracy"] > 0.2
+    assert len(results[0].train_metrics_clientapp) == 2
+
+    q = cfg("method=fedavg", "train.local_steps=null", "train.local_epochs=8", "rounds=2")
+    settings = FlowerSettings(config=q.to_dict(), run_dir=str(tmp_path / "run"), wait_for_nodes=60.0)
+    run_simulation(make_server_app(settings), quickstart_client_app(q), num_supernodes=4,
+                   backend_config=backend_config(2, 1))  # type: ignore[arg-type]
+    assert not settings.errors and settings.results[0].rounds_completed == 2
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows if r["client"] == "avg"] == [1, 2]

@@ -37,6 +37,7 @@ class FlowerSettings:
     config: dict[str, Any]
     run_dir: str = ""
     wait_for_nodes: float = 300.0  # seconds to wait for all SuperNodes to connect
+    partition_query: bool = True  # ask each node its partition-id at start (False: node-id order, no query)
     poll_interval: float = 0.2  # seconds between two pulls for replies (Flower's send_and_receive: 3 s)
     client_state_dir: str = ""  # where clients keep their per-round states ('' = context.state only)
     resume: bool = False  # continue from the run directory's checkpoint
@@ -51,7 +52,8 @@ class FlowerSettings:
         """As Flower run-config values: the experiment as flat dotted keys (run_config.py) plus the runtime keys."""
         runtime: dict[str, RunConfigValue] = {
             "run-dir": self.run_dir, "wait-for-nodes": self.wait_for_nodes, "poll-interval": self.poll_interval,
-            "client-state-dir": self.client_state_dir, "resume": self.resume, "stop-after": self.stop_after}
+            "client-state-dir": self.client_state_dir, "resume": self.resume, "stop-after": self.stop_after,
+            "partition-query": self.partition_query}
         return {**experiment_run_config(self.config), **runtime}
 
     @classmethod
@@ -62,7 +64,8 @@ class FlowerSettings:
                    wait_for_nodes=runtime.get("wait-for-nodes", 300.0),
                    poll_interval=runtime.get("poll-interval", 0.2),
                    client_state_dir=runtime.get("client-state-dir", ""),
-                   resume=runtime.get("resume", False), stop_after=runtime.get("stop-after", 0))
+                   resume=runtime.get("resume", False), stop_after=runtime.get("stop-after", 0),
+                   partition_query=runtime.get("partition-query", True))
 
     def client_setup(self) -> client.ClientSetup:
         return client.ClientSetup(config=self.config, run_dir=self.run_dir, state_dir=self.client_state_dir)
@@ -85,7 +88,8 @@ def run_server(grid: Grid, settings: FlowerSettings) -> RunResult:
             start_check(run_dir, settings.resume)
             loop = round_loop.FlowerRoundLoop(build_experiment(cfg), run_dir, grid, progress=settings.progress,
                                           wait_for_nodes=settings.wait_for_nodes,
-                                          poll_interval=settings.poll_interval, stop_event=settings.stop_event)
+                                          poll_interval=settings.poll_interval, stop_event=settings.stop_event,
+                                          partition_query=settings.partition_query)
             if settings.resume:
                 loop.resume()
             result = loop.run(stop_after=settings.stop_after or None)

@@ -30,9 +30,10 @@ class FlowerRoundLoop(RoundLoop):
 
     def __init__(self, exp: Experiment, run_dir: Path, grid: Grid, progress: bool = True,
                  timeout: float | None = None, wait_for_nodes: float = 300.0, poll_interval: float = 0.2,
-                 stop_event: threading.Event | None = None) -> None:
+                 stop_event: threading.Event | None = None, partition_query: bool = True) -> None:
         flower = FlowerClients(exp, grid, timeout=timeout, wait_for_nodes=wait_for_nodes, poll_interval=poll_interval,
-                               stop_event=stop_event, on_fault=lambda row: self._log_fault(row))
+                               stop_event=stop_event, on_fault=lambda row: self._log_fault(row),
+                               partition_query=partition_query)
         super().__init__(exp, run_dir, flower, progress=False)  # no bar: one line per round (`play_round`)
         self.flower = flower
         self.round_lines = progress and not exp.config.run.quiet

@@ -27,7 +27,7 @@ from fedhet.yaml_input import load_yaml
 
 RunConfigValue = bool | int | float | str
 RUNTIME_KEYS: dict[str, type] = {"run-dir": str, "wait-for-nodes": float, "poll-interval": float,
-                                 "client-state-dir": str, "resume": bool, "stop-after": int}
+                                 "client-state-dir": str, "resume": bool, "stop-after": int, "partition-query": bool}
 ALIASES = {"num-server-rounds": "rounds", "lr": "train.lr", "local-epochs": "train.local_epochs"}
 
 

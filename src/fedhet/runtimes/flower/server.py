@@ -41,7 +41,7 @@ class FlowerClients:
 
     def __init__(self, exp: Experiment, grid: Grid, timeout: float | None = None, wait_for_nodes: float = 300.0,
                  poll_interval: float = 0.2, stop_event: threading.Event | None = None,
-                 on_fault: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_fault: Callable[[dict[str, Any]], None] | None = None, partition_query: bool = True) -> None:
         if exp.arrangement.pooled:
             raise FedhetError(f"'{exp.config.method}' trains one model on the pooled data of all clients; "
                               "it has no federated counterpart, run it in-process")
@@ -55,7 +55,7 @@ class FlowerClients:
         self.state_round: dict[int, int] = {}
         self.checkpoint_round: dict[int, int] = {}
         self.start_round: dict[int, int] = {}
-        self.link.map_nodes(self.num_train_clients, wait_for_nodes)
+        self.link.map_nodes(self.num_train_clients, wait_for_nodes, ask=partition_query)
 
     @property
     def num_train_clients(self) -> int:

@@ -47,12 +47,13 @@ log = logging.getLogger(__name__)
 class FedhetStrategy(Strategy):
     """The fedhet method of `config` as a Flower Strategy (its ClientApp: `fedhet_client_app(config)`)."""
 
-    def __init__(self, config: ExperimentConfig, timeout: float = 3600.0, wait_for_nodes: float = 300.0) -> None:
+    def __init__(self, config: ExperimentConfig, timeout: float = 3600.0, wait_for_nodes: float = 300.0,
+                 partition_query: bool = True) -> None:
         self.exp = build_experiment(config)
         if self.exp.arrangement.pooled:
             raise FedhetError(f"'{config.method}' trains one model on the pooled data; it has no Flower strategy")
         self.alg, self.server = self.exp.algorithm, self.exp.init_server()
-        self.timeout, self.wait_for_nodes = timeout, wait_for_nodes
+        self.timeout, self.wait_for_nodes, self.partition_query = timeout, wait_for_nodes, partition_query
         self.metrics: list[dict[str, Any]] = []  # evaluation rows, as metrics.jsonl
         self.node_of: dict[int, int] = {}  # client id -> node id, found at the first round
         self.state_round: dict[int, int] = {}  # the last round whose fit reply of each client was aggregated
@@ -155,7 +156,7 @@ class FedhetStrategy(Strategy):
     def _nodes(self, grid: Grid) -> dict[int, int]:
         if not self.node_of:
             link = NodeLink(grid, min(self.timeout, 120.0), 0.2, None)
-            self.node_of = link.map_nodes(len(self.exp.data.clients), self.wait_for_nodes)
+            self.node_of = link.map_nodes(len(self.exp.data.clients), self.wait_for_nodes, self.partition_query)
         return self.node_of
 
     def _by_client(self, replies: Iterable[FlowerMessage], expected: set[int]

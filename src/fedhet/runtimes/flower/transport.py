@@ -28,9 +28,10 @@ class NodeLink:
         self.grid, self.timeout, self.poll_interval, self.stop_event = grid, timeout, poll_interval, stop_event
         self.node_of: dict[int, int] = {}
 
-    def map_nodes(self, n: int, wait_for_nodes: float) -> dict[int, int]:
+    def map_nodes(self, n: int, wait_for_nodes: float, ask: bool = True) -> dict[int, int]:
         """client id -> node id: every connected node is asked once which partition it holds (`query`); nodes
-        that do not say (a stock Flower ClientApp has no such query) get the free client ids in node-id order."""
+        that do not say (a stock Flower ClientApp has no such query) get the free client ids in node-id order,
+        as all nodes do with `ask=False` (run config `partition-query = false`: no query is sent)."""
         deadline = time.monotonic() + wait_for_nodes
         nodes = sorted(self.grid.get_node_ids())
         while len(nodes) < n:
@@ -38,14 +39,14 @@ class NodeLink:
                 raise FedhetError(f"only {len(nodes)} of {n} SuperNodes connected within {wait_for_nodes:.0f} s")
             time.sleep(0.5)
             nodes = sorted(self.grid.get_node_ids())
-        node_of = self.query(nodes, self.timeout, strict=True)
+        node_of = self.query(nodes, self.timeout, strict=True) if ask else {}
         anonymous = [node for node in nodes if node not in node_of.values()]
         free = [cid for cid in range(n) if cid not in node_of]
-        if anonymous:
-            given = dict(zip(free, anonymous, strict=False))
+        if anonymous and ask:
             log.warning("%d SuperNode(s) did not say which partition they hold (a ClientApp without fedhet's "
-                        "partition query); they serve client(s) %s in node-id order", len(anonymous), sorted(given))
-            node_of.update(given)
+                        "partition query); they serve the free client id(s) in node-id order", len(anonymous))
+        if anonymous:
+            node_of.update(dict(zip(free, anonymous, strict=False)))
         missing = sorted(set(range(n)) - set(node_of))
         if missing:
             raise FedhetError(f"no SuperNode holds partition(s) {missing}")
