@@ -10,8 +10,9 @@ With `data.download: true` (and a data root) a missing copy is fetched once by t
 into `<root>/cifar10/`. It is a single domain meant for label-skew partitions (`data.partition: dirichlet`),
 e.g. the CIFAR-10 setting of Ditto + MMD (configs/ditto_mmd/cifar10.yaml).
 
-The batches are Python pickles (the format of the official release, as torchvision reads it): only open copies
-you trust. A batch that is not a readable pickle with `data` (N x 3072 uint8, R, G, B planes row-major) and
+The batches are Python pickles (the format of the official release, as torchvision reads it). They are read
+with an unpickler that builds numpy arrays and plain containers only (`BatchUnpickler`), so a crafted batch
+cannot run code. A batch that is not such a pickle with `data` (N x 3072 uint8, R, G, B planes row-major) and
 `labels` (N ints in 0..9) is a DatasetNotFoundError that names the file.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,11 +39,24 @@ CIFAR10_SRC = ("Krizhevsky 2009, https://www.cs.toronto.edu/~kriz/cifar.html ('C
 CIFAR10_LAYOUT = f"cifar10/{BATCH_FOLDER}/{{data_batch_1..5, test_batch}} (or cifar10/cifar10.npz: x, y, split)"
 
 
+class BatchUnpickler(pickle.Unpickler):
+    """An unpickler for the CIFAR-10 batches: numpy's array reconstruction (and `_codecs.encode`, which protocol 2
+    uses for bytes) and nothing else can be named."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"refusing {module}.{name}: a CIFAR-10 batch holds numpy arrays only")
+        return super().find_class(module, name)
+
+
 def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """One pickled batch as (images N x 32 x 32 x 3 uint8, labels N int64); clear error on a corrupt file."""
     try:
         with open(path, "rb") as f:
-            batch = pickle.load(f, encoding="bytes")
+            batch = BatchUnpickler(f, encoding="bytes").load()
         data = np.asarray(batch[b"data"], dtype=np.uint8)
         labels = np.asarray(batch[b"labels"], dtype=np.int64)
     except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError, AttributeError) as e:
