@@ -17,6 +17,7 @@ import torch
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 pytest.importorskip("flwr")
 
+from flower_testing import AppGrid  # noqa: E402
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
@@ -31,7 +32,6 @@ from fedhet.launch.run import run_experiment  # noqa: E402
 from fedhet.runtimes.flower.app import FlowerSettings, make_client_app  # noqa: E402
 from fedhet.runtimes.flower.round_loop import FlowerRoundLoop  # noqa: E402
 from fedhet.runtimes.flower.strategy import FedhetStrategy, fedhet_client_app  # noqa: E402
-from tests.runtimes.flower_grid import AppGrid  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 
