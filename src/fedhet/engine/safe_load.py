@@ -100,6 +100,8 @@ def load_trusted(source: str | Path | bytes | IO[bytes], what: str) -> Any:
         with _LOCK, torch.serialization.safe_globals(allowed):
             return torch.load(stream, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
+        if "GLOBAL" not in str(err):  # not a refused type but damage ("Unsupported operand"): the caller's error,
+            raise pickle.UnpicklingError(_reason(err)) from None  # with torch's one-line reason
         raise UntrustedFileError(
             f"{what} holds objects other than tensors, numbers and fedhet states ({_reason(err)}) and was not "
             "loaded: fedhet only reads back the types it writes. If you wrote it with a state type of your own, "
