@@ -45,6 +45,7 @@ class ClientData:
     val: Dataset | None
     test: Dataset
     train_eval: Dataset  # the training samples with the eval transform (e.g. for prototypes)
+    classes: tuple[int, ...] | None = None  # the class ids this client's head may predict (None: all of them)
 
     @property
     def num_train(self) -> int:
