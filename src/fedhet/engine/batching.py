@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from fedhet.config import TrainConfig
+from fedhet.core.batches import to_device
 
 
 def batches(dataset: Dataset[Any], cfg: TrainConfig, generator: torch.Generator | None = None,
@@ -30,7 +31,7 @@ def batches(dataset: Dataset[Any], cfg: TrainConfig, generator: torch.Generator 
     while done < steps:
         for x, y in loader:
             if device is not None:
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                x, y = to_device(x, device, non_blocking=True), y.to(device, non_blocking=True)
             yield x, y
             done += 1
             if done >= steps:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+
+from fedhet.core.batches import restrict_logits, to_device
 
 
 def balanced_accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
@@ -19,9 +22,10 @@ def balanced_accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, dataset: Dataset[Any], device: torch.device, batch_size: int = 256
-             ) -> dict[str, float]:
-    """Accuracy, balanced accuracy and mean cross-entropy of `model` on `dataset`."""
+def evaluate(model: nn.Module, dataset: Dataset[Any], device: torch.device, batch_size: int = 256,
+             classes: Sequence[int] | None = None) -> dict[str, float]:
+    """Accuracy, balanced accuracy and mean cross-entropy of `model` on `dataset`; with `classes`, over those
+    classes only (a client-specific head: `restrict_logits`)."""
     model.eval()
     n = len(dataset)  # type: ignore[arg-type]
     if n == 0:
@@ -29,8 +33,8 @@ def evaluate(model: nn.Module, dataset: Dataset[Any], device: torch.device, batc
                 "num_examples": 0}
     loss_sum, preds, labels = 0.0, [], []
     for x, y in DataLoader(dataset, batch_size=batch_size, shuffle=False):
-        x, y = x.to(device), y.to(device)
-        logits = model(x)
+        x, y = to_device(x, device), y.to(device)
+        logits = restrict_logits(model(x), classes)
         loss_sum += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
         preds.append(logits.argmax(1).cpu().numpy())
         labels.append(y.cpu().numpy())

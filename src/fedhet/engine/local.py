@@ -137,7 +137,7 @@ def evaluate_client(alg: AnyAlgorithm, msg: Message, state: ClientState, ctx: Cl
                     dataset: Dataset[Any]) -> dict[str, float]:
     """Metrics of the client's deployed model on one of its splits."""
     model, batch_size = deployed_model(alg, msg, state, ctx)
-    return evaluate(model, dataset, ctx.device, batch_size=batch_size)
+    return evaluate(model, dataset, ctx.device, batch_size=batch_size, classes=ctx.data.classes)
 
 
 def train_local(model: nn.Module, dataset: Dataset[Any], cfg: TrainConfig, device: torch.device,
