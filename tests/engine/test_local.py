@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 from fedhet_testing import tiny_model
+from torch import nn
 from torch.utils.data import TensorDataset
 
 from fedhet.config import TrainConfig
+from fedhet.core.contract import LocalPass, OptimSpec, minimize
 from fedhet.engine.batching import batches, num_steps
-from fedhet.engine.local import train_local
+from fedhet.engine.local import run_pass, train_local
 
 
 def _data(n: int) -> TensorDataset:
@@ -39,3 +41,16 @@ def test_batchnorm_model_trains_when_n_mod_batch_is_one() -> None:
     model = tiny_model(bn=True)
     stats = train_local(model, _data(9), TrainConfig(batch_size=4, local_epochs=1, lr=0.1), torch.device("cpu"))
     assert stats.steps == 2
+
+
+def test_lr_schedule_scales_each_step() -> None:
+    """OptimSpec.lr_schedule(t) multiplies lr at step t of the pass (here 1, 0, 0.5): plain SGD on the loss
+    w·1 moves w by -lr·factor per step; without the schedule every step would move it by -lr."""
+    w = nn.Parameter(torch.zeros(1))
+    factors = [1.0, 0.0, 0.5]
+    spec = OptimSpec([w], kind="sgd", lr=0.1, lr_schedule=lambda t: factors[t])
+    cfg = TrainConfig(local_steps=3, batch_size=1)
+    data = TensorDataset(torch.ones(3, 1), torch.zeros(3, dtype=torch.long))
+    local_pass = LocalPass("local", minimize(lambda x, y: (w * x).sum()), {"model": spec}, cfg)
+    stats, _ = run_pass(local_pass, {}, "test", data, torch.device("cpu"))
+    assert stats.steps == 3 and torch.allclose(w.detach(), torch.tensor([-0.15]))

@@ -52,6 +52,7 @@ class PassOptimizers:
     def __init__(self, specs: dict[str, OptimSpec], saved: dict[str, dict[str, Any]], where: str) -> None:
         self.specs, self.where = specs, where
         self.optims = {name: build_optimizer(spec) for name, spec in specs.items()}
+        self.steps = dict.fromkeys(specs, 0)  # optimizer steps taken in this pass (for `lr_schedule`)
         for name, spec in specs.items():
             if spec.persist and name in saved:  # torch aliases loaded buffers: load a copy
                 self.optims[name].load_state_dict(copy.deepcopy(saved[name]))
@@ -80,7 +81,11 @@ class PassOptimizers:
             spec.after_backward()
         if spec.grad_clip is not None:
             nn.utils.clip_grad_norm_(spec.params, spec.grad_clip)
+        if spec.lr_schedule is not None:
+            for group in self.optims[name].param_groups:
+                group["lr"] = spec.lr * spec.lr_schedule(self.steps[name])
         self.optims[name].step()
+        self.steps[name] += 1
 
     def persisted(self) -> dict[str, dict[str, Any]]:
         """Copies of the states of the optimizers marked `persist`."""
