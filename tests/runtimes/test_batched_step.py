@@ -161,6 +161,10 @@ def test_rule_refusals() -> None:
     edit = {"model": OptimSpec(list(model.parameters()), after_backward=lambda: None)}
     refused(lambda w, s: [LocalPass("local", LossStep(((lambda x, y: prox_loss(w, x, y), "model"),)), edit, TRAIN)],
             r"\(rule 2\)")
+    for other in ({"lr_schedule": lambda t: 1.0}, {"betas": (0.9, 0.98)}):
+        odd = {"model": OptimSpec(list(model.parameters()), kind="adamw", **other)}
+        refused(lambda w, s, odd=odd: [LocalPass("local", LossStep(((lambda x, y: prox_loss(w, x, y), "model"),)), odd,
+                                                 TRAIN)], r"\(rule 2\)")
     refused(lambda w, s: [loss_pass(model, lambda x, y: prox_loss(w, x, y, mu=s), TRAIN)], r"\(rule 4\)")
     refused(lambda w, s: [loss_pass(model, lambda x, y: nn.functional.cross_entropy(model(x), y), TRAIN)],
             r"holds a module.*\(rule 4\)")

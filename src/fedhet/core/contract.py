@@ -92,8 +92,8 @@ class OptimSpec:
     """An optimizer the engine builds for a pass: over `params` (those with requires_grad when the pass starts),
     `kind` sgd | adam | adamw, with `grad_clip` (max gradient norm) applied after `after_backward` (a gradient
     edit, e.g. SCAFFOLD's correction). `persist`: its state is kept in the client state between rounds.
-    `lr_schedule(t)`: the factor on `lr` at this optimizer's step t of the pass (0, 1, ...; e.g. a warm-up then a
-    linear decay), None: constant."""
+    `betas`: Adam's / AdamW's moment decays. `lr_schedule(t)`: the factor on `lr` at this optimizer's step t of
+    the pass (0, 1, ...; e.g. a warm-up then a linear decay), None: constant."""
 
     params: Sequence[nn.Parameter]
     kind: str = "sgd"
@@ -104,6 +104,7 @@ class OptimSpec:
     persist: bool = False
     after_backward: Callable[[], None] | None = None
     lr_schedule: Callable[[int], float] | None = None
+    betas: tuple[float, float] = (0.9, 0.999)
 
     @classmethod
     def from_train(cls, params: Sequence[nn.Parameter], cfg: TrainConfig, lr: float | None = None,

@@ -35,9 +35,9 @@ def build_optimizer(spec: OptimSpec) -> torch.optim.Optimizer:
     """SGD (momentum, weight decay), Adam (L2 weight decay) or AdamW (decoupled) over the trainable params."""
     params = [p for p in spec.params if p.requires_grad]
     if spec.kind == "adam":
-        return torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
+        return torch.optim.Adam(params, lr=spec.lr, betas=spec.betas, weight_decay=spec.weight_decay)
     if spec.kind == "adamw":
-        return torch.optim.AdamW(params, lr=spec.lr, weight_decay=spec.weight_decay)
+        return torch.optim.AdamW(params, lr=spec.lr, betas=spec.betas, weight_decay=spec.weight_decay)
     return torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
 
 

@@ -7,7 +7,7 @@ into lane 0's Work (step.py). That is the same computation as each client's own 
 1. every pass's step is a `LossStep` (`minimize`, `loss_pass`): the runtime evaluates its `loss_of`; any other
    step function is imperative code it cannot see into;
 2. every optimizer a stage steps is sgd / adam / adamw without `after_backward` (a gradient edit is imperative)
-   and without `lr_schedule`;
+   and without `lr_schedule` or non-default `betas`;
 3. the modules the loss reads are fields of the Work (`nn.Module` values), called through those fields, no two
    sharing a parameter, without hooks (and, norm.py, without dropout or buffers other than BatchNorm's); the
    optimizers' parameters and the frozen ones belong to them;
@@ -160,9 +160,11 @@ def check_passes(method: str, lanes: list[LaneWork], layout: Layout) -> None:
                 raise refusal(method, f"pass '{p0.name}': its loss_of holds a module or tensor itself, not through "
                               "the Work (rule 4)")
             spec = p0.optimizers.get(opt)
-            if spec is None or spec.kind not in KINDS or spec.after_backward is not None or spec.lr_schedule:
+            if spec is None or spec.kind not in KINDS or spec.after_backward is not None \
+                    or spec.lr_schedule is not None or spec.betas != (0.9, 0.999):
                 raise refusal(method, f"pass '{p0.name}' steps optimizer '{opt}', which is not a plain "
-                              f"{' / '.join(KINDS)} optimizer without after_backward or lr_schedule (rule 2)")
+                              f"{' / '.join(KINDS)} optimizer (default betas, no after_backward, no lr_schedule) "
+                              "(rule 2)")
             param_keys(method, p0, spec, layout)
         keys0 = shape_of(lanes[0], k, layout)
         for lane in lanes[1:]:
