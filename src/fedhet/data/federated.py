@@ -181,7 +181,7 @@ def _labels(parts: list[Part]) -> np.ndarray:
 
 
 def _input_shape(spec: DatasetSpec, data: dict[str, DomainData], size: int | None) -> tuple[int, ...]:
-    if spec.modality == "image":
+    if spec.modality in ("image", "vqa"):  # vqa: the image's shape (the question is QUESTION_LEN word ids)
         return (spec.channels, int(size), int(size))  # type: ignore[arg-type]
     return tuple(next(iter(data.values())).x_train.shape[1:])
 
@@ -226,7 +226,8 @@ def build_federated_data(cfg: DataConfig, seed: int) -> FederatedData:
         clients.append(ClientData(
             name=name, domain=domain, train=IndexedDataset(tr_parts, train_t),
             val=IndexedDataset(val_parts, eval_t) if val_parts is not None else None,
-            test=IndexedDataset(te_parts, eval_t), train_eval=IndexedDataset(tr_parts, eval_t)))
+            test=IndexedDataset(te_parts, eval_t), train_eval=IndexedDataset(tr_parts, eval_t),
+            classes=data[domain].classes if domain in data else None))
     return FederatedData(
         dataset=spec.name, clients=clients, num_classes=len(spec.classes), classes=list(spec.classes),
         input_shape=_input_shape(spec, data, size), modality=spec.modality, partition=cfg.partition,

@@ -25,12 +25,13 @@ if TYPE_CHECKING:
 
 # Modules whose import registers datasets (imported lazily to avoid import cycles).
 _LOADER_MODULES = ("digits", "offline_digits", "images", "features", "synthetic", "fashion_mnist", "cifar10",
-                   "isic2019", "rxrx1", "imagefolder", "csv_table")
+                   "isic2019", "rxrx1", "imagefolder", "csv_table", "vqa_benchmarks")
 
 
 @dataclass
 class DomainData:
-    """One domain in memory: images as uint8 NxCxHxW, features as float32 NxD; labels int64."""
+    """One domain in memory: images as uint8 NxCxHxW, features as float32 NxD, VQA as packed uint8 rows
+    (fedhet.data.vqa_benchmarks); labels int64."""
 
     x_train: torch.Tensor
     y_train: torch.Tensor
@@ -38,6 +39,7 @@ class DomainData:
     y_test: torch.Tensor | None = None
     generated: bool = False  # synthesised here rather than read from disk
     note: str = ""  # where the data came from (file path or generator)
+    classes: tuple[int, ...] | None = None  # the class ids this domain's head may predict (None: all of them)
 
     def __post_init__(self) -> None:
         if len(self.x_train) != len(self.y_train):

@@ -54,6 +54,8 @@ def describe(fed: FederatedData) -> str:
     for r in [header, *rows]:
         cells = [v.ljust(w) if j < 2 else v.rjust(w) for j, (v, w) in enumerate(zip(r[:5], widths, strict=True))]
         lines.append("  ".join(cells) + "  " + r[5])
+    lines += [f"classes of {c.name} (its head's pool): {', '.join(fed.classes[k] for k in c.classes)}"
+              for c in fed.clients if c.classes is not None]
     return "\n".join(lines)
 
 

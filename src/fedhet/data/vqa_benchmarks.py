@@ -1,0 +1,232 @@
+"""FedDAT's four heterogeneity benchmarks (thesis ch. 3, Sec. "Benchmarks") built from easy-VQA, plus its source.
+
+Registered datasets (one per benchmark, each client one domain; modality "vqa"):
+- `easy_vqa_domain`: 5 clients, each its own image style AND question family (visual + textual shift);
+- `easy_vqa_function`: 5 clients, one question family each, clean images (textual shift);
+- `easy_vqa_scene`: 6 clients, one image style each, the same question-family mix (visual shift);
+- `easy_vqa_task`: 4 clients with disjoint answer pools (yes/no, shape, 4 bright colours, 4 dark colours),
+  low-shot, `ClientData.classes` = the pool (a client-specific head, C^k-way classification);
+- `easy_vqa_source`: the images no benchmark client uses, clean, every question: the central "pretraining" data.
+
+Splits are fixed (data seed `DATA_SEED`, the same for every experiment seed, as the paper's datasets): easy-VQA's
+train images are permuted once; the first `CLIENT_TRAIN_IMAGES` are cut into K disjoint blocks (client k's
+training images), the rest are the source's. The 1,000 test images are cut into K blocks (client k's test
+images). Within its blocks a client takes questions of its families (and pool), spread evenly over families,
+then over answers (as far as each has questions), so no majority answer gives a free 80%. A sample is
+((image float 3 x S x S, ImageNet-normalised; question LongTensor[16]), answer id).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
+import numpy as np
+import torch
+from torchvision.transforms import v2
+
+from fedhet.data.easy_vqa import ANSWERS, FAMILIES, SHAPES, Questions, load_questions, resized_images
+from fedhet.data.partition import allocate
+from fedhet.data.registry import DatasetSpec, DomainData, LoadContext, Transform, register_dataset
+from fedhet.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from fedhet.data.vqa_styles import render_style
+from fedhet.errors import unknown_choice
+
+if TYPE_CHECKING:
+    from fedhet.config import DataConfig
+    from fedhet.data.datasets import IndexedDataset
+
+DATA_SEED = 2024
+CLIENT_TRAIN_IMAGES = 1800  # of easy-VQA's 4,000 training images; the other 2,200 are the source's
+SOURCE_TEST_FRACTION = 0.1  # of the source images, held out (by image) as its test split
+DEFAULT_IMAGE_SIZE = 32
+
+
+@dataclass(frozen=True)
+class VQAClient:
+    """One benchmark client: its image style, question families and (Task) answer pool."""
+
+    name: str
+    style: str
+    families: tuple[str, ...]
+    pool: tuple[str, ...] | None = None  # the answers it may take (None: every answer of its families)
+
+
+@dataclass(frozen=True)
+class VQABenchmark:
+    """A benchmark: its clients and how many questions each gets (in total, or per answer of its pool)."""
+
+    name: str
+    clients: tuple[VQAClient, ...]
+    train_size: int
+    test_size: int
+    per_answer: bool = False  # sizes count per answer of the pool (low-shot Task); else per client
+    pools: bool = False  # ClientData.classes = the client's pool
+
+
+YES_NO = ("yes", "no")
+BRIGHT, DARK = ("blue", "green", "red", "yellow"), ("black", "brown", "gray", "teal")
+BENCHMARKS = {b.name: b for b in (
+    VQABenchmark("easy_vqa_domain", (
+        VQAClient("clean_negated", "clean", ("negated",)),
+        VQAClient("inverted_colour", "inverted", ("colour",)),
+        VQAClient("blurred_shape", "blurred", ("shape",)),
+        VQAClient("noisy_colour_yn", "noisy", ("colour_yn",)),
+        VQAClient("recoloured_shape_yn", "recoloured", ("shape_yn",))), 256, 160),
+    VQABenchmark("easy_vqa_function", tuple(VQAClient(f, "clean", (f,)) for f in FAMILIES), 256, 160),
+    VQABenchmark("easy_vqa_scene", tuple(VQAClient(s, s, FAMILIES) for s in (
+        "clean", "inverted", "blurred", "noisy", "recoloured", "pixelated")), 256, 160),
+    VQABenchmark("easy_vqa_task", (
+        VQAClient("yes_no", "clean", ("shape_yn", "colour_yn", "negated"), YES_NO),
+        VQAClient("shape", "clean", ("shape",), SHAPES),
+        VQAClient("colour_bright", "clean", ("colour",), BRIGHT),
+        VQAClient("colour_dark", "clean", ("colour",), DARK)), 32, 40, per_answer=True, pools=True),
+)}
+
+
+def benchmark(name: str) -> VQABenchmark:
+    """The benchmark registered as dataset `name`; unknown names raise a ConfigError naming the nearest."""
+    if name not in BENCHMARKS:
+        raise unknown_choice("easy-VQA benchmark", name, BENCHMARKS)
+    return BENCHMARKS[name]
+
+
+@functools.lru_cache(maxsize=1)
+def _permutations() -> tuple[np.ndarray, np.ndarray]:
+    """The fixed permutations of easy-VQA's train and test image ids."""
+    rng = np.random.default_rng(DATA_SEED)
+    n_train, n_test = (int(load_questions(s).image.max()) + 1 for s in ("train", "test"))
+    return rng.permutation(n_train), rng.permutation(n_test)
+
+
+def image_blocks(num_clients: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(training image ids, test image ids) of each of `num_clients` clients: disjoint blocks."""
+    train, test = _permutations()
+    return np.array_split(train[:CLIENT_TRAIN_IMAGES], num_clients), np.array_split(test, num_clients)
+
+
+def source_images() -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) image ids of the source portion: training images no benchmark client uses."""
+    rest = _permutations()[0][CLIENT_TRAIN_IMAGES:]
+    n_test = round(len(rest) * SOURCE_TEST_FRACTION)
+    return rest[n_test:], rest[:n_test]
+
+
+def _balanced(keys: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Positions of `n` entries of `keys`, spread as evenly over its distinct values as their counts allow."""
+    values, counts = np.unique(keys, return_counts=True)
+    take = allocate(np.ones(len(values)), n, caps=counts)
+    return np.concatenate([rng.choice(np.flatnonzero(keys == v), k, replace=False)
+                           for v, k in zip(values, take, strict=True)] or [np.zeros(0, np.int64)])
+
+
+def select_questions(q: Questions, images: np.ndarray, client: VQAClient, size: int, per_answer: bool,
+                     rng: np.random.Generator) -> np.ndarray:
+    """Sorted question indices of `client` on `images`: its families (and pool), even over families then
+    answers; `size` questions in all, or `size` per answer of the pool when `per_answer`."""
+    pool = client.pool or ANSWERS
+    ok = np.isin(q.image, images) & np.isin(q.family, [FAMILIES.index(f) for f in client.families])
+    cand = np.flatnonzero(ok & np.isin(q.answer, [ANSWERS.index(a) for a in pool]))
+    if per_answer:
+        return np.sort(cand[_balanced(q.answer[cand], size * len(pool), rng)])
+    fam = q.family[cand]
+    values, counts = np.unique(fam, return_counts=True)
+    chosen = []
+    for v, k in zip(values, allocate(np.ones(len(values)), size, caps=counts), strict=True):
+        sub = cand[fam == v]
+        chosen.append(sub[_balanced(q.answer[sub], int(k), rng)])
+    return np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
+
+
+def pack(q: Questions, idx: np.ndarray, images: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+    """uint8 rows: question i's image (row of `images` whose id in sorted `ids` is its image id; 3 x S x S,
+    flattened) followed by its word ids."""
+    rows = torch.from_numpy(np.searchsorted(ids, q.image[idx]))
+    return torch.cat([images[rows].reshape(len(idx), -1), torch.from_numpy(q.tokens[idx])], dim=1)
+
+
+def _split(q: Questions, idx: np.ndarray, images: torch.Tensor, style: str, seed: int
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed rows (images in `style`) and answer ids of questions `idx`; `images` indexed by image id."""
+    ids = np.unique(q.image[idx])
+    styled = render_style(style, images[torch.from_numpy(ids)], seed)
+    return pack(q, idx, styled, ids), torch.from_numpy(q.answer[idx])
+
+
+@functools.lru_cache(maxsize=8)
+def build_benchmark(name: str, image_size: int) -> dict[str, DomainData]:
+    """Client name -> DomainData (packed train / test rows, answer ids, the pool for Task) of benchmark `name`."""
+    b = benchmark(name)
+    questions = {s: load_questions(s) for s in ("train", "test")}
+    images = resized_images(image_size)
+    blocks = image_blocks(len(b.clients))
+    bi = list(BENCHMARKS).index(name)
+    out = {}
+    for k, client in enumerate(b.clients):
+        parts = []
+        for si, (split, size) in enumerate((("train", b.train_size), ("test", b.test_size))):
+            rng = np.random.default_rng([DATA_SEED, bi, k, si])
+            idx = select_questions(questions[split], blocks[si][k], client, size, b.per_answer, rng)
+            parts.append(_split(questions[split], idx, images[split], client.style, DATA_SEED + 100 * bi + 10 * k + si))
+        (x, y), (xt, yt) = parts
+        pool = tuple(sorted(ANSWERS.index(a) for a in client.pool)) if b.pools and client.pool else None
+        out[client.name] = DomainData(x, y, xt, yt, classes=pool, note=(
+            f"easy-VQA {client.style} images, {'/'.join(client.families)} questions (data seed {DATA_SEED})"))
+    return out
+
+
+@functools.lru_cache(maxsize=2)
+def build_source(image_size: int) -> DomainData:
+    """The source portion: every question on the source images (clean), split by image."""
+    q = load_questions("train")
+    images = resized_images(image_size)["train"]
+    (x, y), (xt, yt) = (_split(q, np.flatnonzero(np.isin(q.image, ids)), images, "clean", 0) for ids in source_images())
+    return DomainData(x, y, xt, yt, note=f"easy-VQA source images, clean (data seed {DATA_SEED})")
+
+
+class VQAInputs:
+    """A packed row -> (image float 3 x S x S, ImageNet-normalised [+ training noise], question LongTensor[16])."""
+
+    def __init__(self, size: int, noise_std: float = 0.0) -> None:
+        self.size, self.noise_std = size, noise_std
+        self.normalize = v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)
+
+    def __call__(self, row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        s = self.size
+        image = self.normalize(row[: 3 * s * s].view(3, s, s).float() / 255.0)
+        if self.noise_std > 0:
+            image = image + self.noise_std * torch.randn_like(image)
+        return image, row[3 * s * s:].long()
+
+    def __repr__(self) -> str:
+        return f"VQAInputs(size={self.size}, noise_std={self.noise_std})"
+
+
+def vqa_transforms(train: IndexedDataset, cfg: DataConfig, size: int) -> tuple[Transform, Transform]:
+    """(train, eval) transforms: no augmentation (a crop could cut the shape out of an existence question);
+    `data.input_noise_std` adds noise to training images."""
+    return cast(Transform, VQAInputs(size, cfg.input_noise_std)), cast(Transform, VQAInputs(size))
+
+
+def _load(name: str, ctx: LoadContext, domain: str) -> DomainData:
+    if name == "easy_vqa_source":
+        return build_source(ctx.image_size)
+    return build_benchmark(name, ctx.image_size)[domain]
+
+
+def _register(name: str, domains: tuple[str, ...], what: str) -> None:
+    register_dataset(DatasetSpec(
+        name=name, domains=domains, classes=ANSWERS, modality="vqa", loader=functools.partial(_load, name),
+        source=f"easy-VQA (Zhou 2020, https://github.com/vzhou842/easy-VQA, PyPI easy-vqa); {what} (docs/easy_vqa.md)",
+        layout="(built in: the package easy-vqa, pip install 'fedhet[vlm]'; decoded images cached)",
+        default_image_size=DEFAULT_IMAGE_SIZE, hflip=False, builtin=True, transforms=vqa_transforms))
+
+
+_WHAT: dict[str, str] = {"easy_vqa_domain": "FedDAT Domain benchmark: style + question family per client",
+                         "easy_vqa_function": "FedDAT Function benchmark: question family per client",
+                         "easy_vqa_scene": "FedDAT Scene benchmark: image style per client",
+                         "easy_vqa_task": "FedDAT Task benchmark: answer pool per client, low-shot"}
+for _b in BENCHMARKS.values():
+    _register(_b.name, tuple(c.name for c in _b.clients), _WHAT[_b.name])
+_register("easy_vqa_source", ("source",), "the images no benchmark client uses, for central pretraining")
