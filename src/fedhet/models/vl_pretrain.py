@@ -1,0 +1,139 @@
+"""Central pretraining of a VL backbone (the stand-in for ViLT's pretrained weights) and its checkpoint file.
+
+FedDAT's premise is a frozen foundation model that has seen other data; with no ViLT weights here, the lead's
+pretraining command trains `vl_transformer` (or minilm_vl's new image projection) centrally on a source portion
+of the data with `pretrain`, writes it with `save_backbone` and later builds the model with `checkpoint=PATH`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence, Sized
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from fedhet.atomic import atomic_path
+from fedhet.errors import CheckpointError
+from fedhet.models.peft.counting import param_group
+
+Batch = tuple[Sequence[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class PretrainResult:
+    """Steps taken, wall seconds, mean loss of the last epoch and epochs completed."""
+
+    steps: int
+    seconds: float
+    loss: float
+    epochs: int
+
+
+def _to(x: Sequence[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    return [t.to(device) for t in x]
+
+
+def _schedule(total: int, warmup: float) -> Callable[[int], float]:
+    """Linear warm-up over `warmup` of the steps, then cosine decay to 0."""
+    warm = max(1, int(total * warmup))
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warm) / max(1, total - warm))))
+
+    return factor
+
+
+def pretrain(model: nn.Module, batches: Iterable[Batch], *, epochs: int = 1, lr: float = 1e-3,
+             weight_decay: float = 0.01, warmup: float = 0.05, max_seconds: float | None = None,
+             params: Iterable[nn.Parameter] | None = None, log: Callable[[str], None] | None = None
+             ) -> PretrainResult:
+    """Cross-entropy training of `params` (default: all) with AdamW and warm-up + cosine decay.
+
+    `batches` yields (x, y) with x = [images, questions] and is iterated once per epoch (a DataLoader);
+    training stops early once `max_seconds` have passed. Runs on the model's device.
+    """
+    device = next(model.parameters()).device
+    chosen = [p for p in (model.parameters() if params is None else params) if p.requires_grad]
+    opt = torch.optim.AdamW(chosen, lr=lr, weight_decay=weight_decay)
+    total = epochs * len(batches) if isinstance(batches, Sized) else 10**9
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(total, warmup))
+    start, steps, done, mean = time.perf_counter(), 0, 0, float("nan")
+    model.train()
+    for epoch in range(epochs):
+        losses: list[float] = []
+        for x, y in batches:
+            loss = F.cross_entropy(model(_to(x, device)), y.to(device))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            losses.append(float(loss))
+            steps += 1
+            if max_seconds is not None and time.perf_counter() - start > max_seconds:
+                break
+        mean = sum(losses) / max(1, len(losses))
+        done = epoch + 1
+        if log is not None:
+            log(f"epoch {done}: loss {mean:.4f}, {steps} steps, {time.perf_counter() - start:.1f}s")
+        if max_seconds is not None and time.perf_counter() - start > max_seconds:
+            break
+    return PretrainResult(steps, time.perf_counter() - start, mean, done)
+
+
+@torch.no_grad()
+def evaluate_accuracy(model: nn.Module, batches: Iterable[Batch]) -> float:
+    """Top-1 accuracy of `model` over `batches` (eval mode)."""
+    device = next(model.parameters()).device
+    model.eval()
+    right = seen = 0
+    for x, y in batches:
+        right += int((model(_to(x, device)).argmax(1).cpu() == y).sum())
+        seen += len(y)
+    return right / max(1, seen)
+
+
+def backbone_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state without PEFT additions (adapters, LoRA, prompts), on the CPU."""
+    named = dict(model.named_parameters())
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()
+            if k not in named or param_group(k) in ("backbone", "bias", "head")}
+
+
+def save_backbone(model: nn.Module, path: str | os.PathLike[str], meta: dict[str, Any] | None = None) -> None:
+    """Write `backbone_state(model)` and `meta` (e.g. data, seed, accuracy) atomically to `path`."""
+    with atomic_path(path) as tmp:
+        torch.save({"state": backbone_state(model), "meta": dict(meta or {})}, tmp)
+
+
+def load_backbone(model: nn.Module, path: str | os.PathLike[str], head: bool = True) -> dict[str, Any]:
+    """Load a `save_backbone` file into `model` (features strictly; the head if `head` and shapes match).
+
+    Returns the file's meta; a CheckpointError when it is missing, unreadable or does not fit the model.
+    """
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+        state = blob["state"]
+    except FileNotFoundError as e:
+        raise CheckpointError(f"no backbone checkpoint at {path}; run the pretraining first") from e
+    except Exception as e:
+        raise CheckpointError(f"cannot read backbone checkpoint {path}: {str(e).splitlines()[0]}") from e
+    own = backbone_state(model)
+    body = {k for k in own if not k.startswith("head.")}
+    if body != {k for k in state if not k.startswith("head.")}:
+        raise CheckpointError(f"backbone checkpoint {path} does not fit this model (different architecture)")
+    fits = head and all(k in state and state[k].shape == v.shape for k, v in own.items() if k.startswith("head."))
+    keep = {k: v for k, v in state.items() if not k.startswith("head.") or fits}
+    try:
+        model.load_state_dict(keep, strict=False)
+    except RuntimeError as e:
+        raise CheckpointError(f"backbone checkpoint {path} does not fit this model: "
+                              f"{str(e).splitlines()[-1].strip()}") from e
+    return dict(blob.get("meta", {}))
