@@ -9,8 +9,9 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from fedhet.config import TrainConfig
+from fedhet.core.batches import num_steps
 from fedhet.core.contract import LocalPass, OptimSpec, minimize
-from fedhet.engine.batching import batches, num_steps
+from fedhet.engine.batching import batches
 from fedhet.engine.local import run_pass, train_local
 
 

@@ -1,11 +1,15 @@
 """A batch's inputs: one tensor, or several for a multimodal sample (e.g. VQA's image and question ids, collated
-by the DataLoader into a list of tensors); and logits restricted to a client's own classes."""
+by the DataLoader into a list of tensors); logits restricted to a client's own classes; how many mini-batches a
+local pass has (`num_steps`, used by the engine's batching and by methods whose schedules span a pass)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
+
+from fedhet.config import TrainConfig
 
 Inputs = torch.Tensor | Sequence[torch.Tensor]
 
@@ -30,3 +34,17 @@ def restrict_logits(logits: torch.Tensor, classes: Sequence[int] | None) -> torc
     keep = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
     keep[list(classes)] = True
     return logits.masked_fill(~keep, float("-inf"))
+
+
+def drops_singleton(n: int, batch_size: int) -> bool:
+    """Whether a pass over n samples in batches of `batch_size` would end with a batch of one (then dropped)."""
+    return n > 1 and n % batch_size == 1
+
+
+def num_steps(n: int, cfg: TrainConfig) -> int:
+    """How many mini-batches `batches` yields for a dataset of size n."""
+    if n == 0:
+        return 0
+    bs = min(cfg.batch_size, n)
+    per_epoch = n // bs if drops_singleton(n, bs) else math.ceil(n / bs)
+    return cfg.local_steps if cfg.local_steps is not None else cfg.local_epochs * per_epoch

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from fedhet.config import TrainConfig
-from fedhet.core.batches import to_device
+from fedhet.core.batches import drops_singleton, num_steps, to_device
 
 
 def batches(dataset: Dataset[Any], cfg: TrainConfig, generator: torch.Generator | None = None,
@@ -36,17 +35,3 @@ def batches(dataset: Dataset[Any], cfg: TrainConfig, generator: torch.Generator 
             done += 1
             if done >= steps:
                 return
-
-
-def drops_singleton(n: int, batch_size: int) -> bool:
-    """Whether a pass over n samples in batches of `batch_size` would end with a batch of one (then dropped)."""
-    return n > 1 and n % batch_size == 1
-
-
-def num_steps(n: int, cfg: TrainConfig) -> int:
-    """How many mini-batches `batches` yields for a dataset of size n."""
-    if n == 0:
-        return 0
-    bs = min(cfg.batch_size, n)
-    per_epoch = n // bs if drops_singleton(n, bs) else math.ceil(n / bs)
-    return cfg.local_steps if cfg.local_steps is not None else cfg.local_epochs * per_epoch

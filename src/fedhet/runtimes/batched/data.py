@@ -24,8 +24,9 @@ import torch
 from torch.utils.data import Dataset
 
 from fedhet.config import TrainConfig
+from fedhet.core.batches import num_steps
 from fedhet.core.seeding import seeded
-from fedhet.engine.batching import batches, num_steps
+from fedhet.engine.batching import batches
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
