@@ -47,19 +47,21 @@ STEPS = (("idle wait", "Receiving:"), ("pull", "Received successfully"), ("spawn
          ("push", "Sent successfully"))
 
 
-def events(log: Path) -> tuple[str, list[tuple[float, str]]]:
-    """(node id, [(unix time, message)]) of one SuperNode log, the no-op handler's own lines included."""
+def events(logs: list[Path]) -> tuple[str, list[tuple[float, str]]]:
+    """(node id, [(unix time, message)] in time order) of one SuperNode's logs (with isolation "process" its
+    SuperExec's log holds the ClientApp processes' lines), the no-op handler's own lines included."""
     node, found = "", []
-    for raw in log.read_text(errors="replace").splitlines():
-        line = ANSI.sub("", raw)
-        if line.startswith("[noop] handler "):
-            found.append((float(line.split()[-1]), "handler"))
-        elif m := STAMP.match(line):
-            stamp = dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            found.append((stamp, m.group(2)))
-            if m.group(2).startswith("SuperNode ID: "):
-                node = m.group(2).split()[-1]
-    return node, found
+    for log in logs:
+        for raw in log.read_text(errors="replace").splitlines():
+            line = ANSI.sub("", raw)
+            if line.startswith("[noop] handler "):
+                found.append((float(line.split()[-1]), "handler"))
+            elif m := STAMP.match(line):
+                stamp = dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                found.append((stamp, m.group(2)))
+                if m.group(2).startswith("SuperNode ID: "):
+                    node = m.group(2).split()[-1]
+    return node, sorted(found, key=lambda e: e[0])
 
 
 def trips(found: list[tuple[float, str]], waves: list[dict[str, Any]], node: str) -> list[dict[str, float]]:
@@ -84,8 +86,9 @@ def breakdown(work: Path) -> dict[str, Any]:
     floor = json.loads((work / "floor.json").read_text())
     waves = floor["waves"]
     per_node = {}
-    for log in sorted((work / "floor-flower" / "logs").glob("supernode-*.log")):
-        node, found = events(log)
+    logs = work / "floor-flower" / "logs"
+    for log in sorted(logs.glob("supernode-*.log")):
+        node, found = events([log, *logs.glob(f"superexec-{log.stem.split('-')[1]}.log")])
         per_node[node] = trips(found, waves, node)
     keep = [w for w, wave in enumerate(waves) if wave["round"] > 1]
     steps = list(next(iter(per_node.values()))[0])

@@ -1,7 +1,8 @@
 """Flower overhead: per-round wall time of one workload in-process, on Flower's simulation engine, on a Flower
 deployment (SuperLink + one SuperNode per client on 127.0.0.1, `flwr run`), and Flower's own floor: the same
-deployment running a no-op ServerApp / ClientApp pair that sends the same waves (train, then evaluate, to
-every client) with a payload of the same size, and does nothing with it.
+deployment running a no-op ServerApp / ClientApp pair that sends the same waves (train to every client each
+round, evaluate to every client in the rounds the workload evaluates: every `eval.every` rounds and the last)
+with a payload of the same size, and does nothing with it.
 
 Workload: configs/quickstart.yaml (offline_digits, 4 clients, one domain each) with FedBN, CPU, one torch
 thread. Per-round times are the loop's own (after start-up: Ray / processes / node mapping excluded; the
@@ -89,13 +90,14 @@ def send(grid: Grid, messages: list, poll: float, wave: dict) -> list:
 def main(grid: Grid, context: Context) -> None:
     cfg = context.run_config
     nodes, rounds, poll = int(cfg["nodes"]), int(cfg["rounds"]), float(cfg["poll-interval"])
+    every = int(cfg["eval-every"])
     while len(ids := list(grid.get_node_ids())) < nodes:
         time.sleep(0.5)
     arrays = ArrayRecord({{"w": Array(np.zeros(int(cfg["payload-floats"]), np.float32))}})
     times, waves = [], []
     for rnd in range(1, rounds + 1):
         start = time.perf_counter()
-        for kind in ("train", "evaluate"):
+        for kind in ("train", "evaluate") if rnd % every == 0 or rnd == rounds else ("train",):
             msgs = [Message(RecordDict({{"arrays": arrays}}), dst_node_id=n, message_type=kind, group_id=str(rnd))
                     for n in ids]
             waves.append({{"round": rnd, "kind": kind}})
@@ -164,7 +166,8 @@ def run_floor(cfg, work: Path, poll: float, task_poll: float | None, imports: li
     (app / "noop_app.py").write_text(NOOP_APP.format(imports="".join(f"import {m}  # noqa: F401\n" for m in imports)))
     out = work / "floor.json"
     app_config = (f"nodes = {nodes}\nrounds = {cfg.rounds}\npoll-interval = {float(poll)}\n"
-                  f"payload-floats = {payload_floats(cfg)}\nout = {json.dumps(str(out))}")
+                  f"eval-every = {cfg.eval.every}\npayload-floats = {payload_floats(cfg)}\n"
+                  f"out = {json.dumps(str(out))}")
     (app / "pyproject.toml").write_text(flower_app_pyproject(
         "fedhet-flower-floor", "no-op Flower app (benchmarks/flower_overhead.py)", "noop_app", app_config))
     start = time.perf_counter()

@@ -103,7 +103,7 @@ def test_supernode_with_an_unregistered_key_is_refused(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_deployment_over_tls_with_supernode_auth(tmp_path) -> None:
-    """TLS + SuperNode authentication: 2 registered SuperNodes complete a 1-round fedhet run (≈80 s here)."""
+    """TLS + SuperNode authentication: 2 registered SuperNodes complete a 1-round fedhet run (≈50 s here)."""
     from fedhet.runtimes.flower.deploy import deploy_experiment
 
     make_self_signed(tmp_path / "tls")

@@ -75,6 +75,8 @@ def flwr_run(app_dir: Path, federation: LocalFederation, timeout: float, progres
         proc = subprocess.Popen([executable("flwr"), "run", str(app_dir), CONNECTION, "--stream"], stdout=out,
                                 stderr=subprocess.STDOUT, env=federation.env, cwd=federation.workdir,
                                 start_new_session=True)
+        if echo is not None:
+            _say(f"run submitted (flwr run --stream, log {log_path}); waiting for the ServerApp's first round")
         deadline = time.monotonic() + timeout
         try:
             while proc.poll() is None:
@@ -90,6 +92,10 @@ def flwr_run(app_dir: Path, federation: LocalFederation, timeout: float, progres
                 echo.poll()
     if proc.returncode != 0:
         raise FedhetError(f"`flwr run` failed with code {proc.returncode}; see {log_path}")
+
+
+def _say(line: str) -> None:
+    print(f"{PROGRESS_MARK} {line}", file=sys.stderr, flush=True)
 
 
 def _check_task_starts(logs: Path, limit: int = 6) -> None:
@@ -111,7 +117,7 @@ def deploy_experiment(cfg: ExperimentConfig, run_dir: str | Path, workdir: str |
                       stop_after: int | None = None, tls_dir: str | Path | None = None,
                       poll_interval: float = 0.2, task_poll_interval: float | None = TASK_POLL_INTERVAL,
                       workers: bool = True, isolation: str = "subprocess", supernode_auth: bool = False,
-                      progress: bool = True) -> Path:
+                      progress: bool | None = None) -> Path:
     """Run `cfg` on a fresh local SuperLink + one SuperNode per client; returns the run directory.
 
     Everything Flower writes (the App folder, logs, FLWR_HOME with config.toml and the installed FAB) goes to
@@ -122,7 +128,8 @@ def deploy_experiment(cfg: ExperimentConfig, run_dir: str | Path, workdir: str |
     between the ServerApp's pulls for replies; `task_poll_interval` (None: Flower's 1 s), `isolation`,
     `supernode_auth` (needs `tls_dir`), `workers` (a fedhet worker beside each SuperNode, so ClientApp
     processes do not import torch and rebuild the experiment per message): see `LocalFederation`.
-    `progress`: echo the ServerApp's "[fedhet] round ..." lines to stderr as they arrive."""
+    `progress`: echo the ServerApp's "[fedhet] round ..." lines to stderr as they arrive (default: unless
+    `run.quiet`)."""
     from fedhet.data import build_federated_data
     from fedhet.runtimes.flower.faults import STOPPED_FILE
 
@@ -143,12 +150,14 @@ def deploy_experiment(cfg: ExperimentConfig, run_dir: str | Path, workdir: str |
         tls = TlsFiles.in_dir(tls_dir)
     app_dir = write_flower_app(work / "app", config, run_dir, client_state_dir=str(run_dir / "client_states"),
                                resume=resume, stop_after=stop_after or 0, poll_interval=poll_interval)
-    started = time.time()
+    started, show = time.time(), not cfg.run.quiet if progress is None else progress
+    if show:
+        _say(f"starting a SuperLink and {num_clients} SuperNodes on 127.0.0.1 (Flower's logs: {work / 'logs'})")
     federation = LocalFederation(num_clients, work, port=port, tls=tls, task_poll_interval=task_poll_interval,
                                  workers=workers, isolation=isolation, supernode_auth=supernode_auth)
     try:
         with federation:
-            flwr_run(app_dir, federation, timeout, progress=progress)
+            flwr_run(app_dir, federation, timeout, progress=show)
     except KeyboardInterrupt:
         raise Interrupted(_interrupted_message(checkpoint, started)) from None
     except FedhetError:

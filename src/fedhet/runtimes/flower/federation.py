@@ -35,7 +35,7 @@ def node_security(tls: TlsFiles | None) -> list[str]:
     return ["--insecure"] if tls is None else ["--root-certificates", str(tls.ca)]
 
 
-TASK_POLL_INTERVAL = 0.05  # seconds; Flower's default is 1 s (docs/results/runtimes.md, "Deployment speed")
+TASK_POLL_INTERVAL = 0.2  # seconds; Flower's default is 1 s (docs/results/runtimes.md, "Deployment speed")
 ISOLATIONS = ("subprocess", "process")
 
 
