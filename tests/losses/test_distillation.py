@@ -47,3 +47,14 @@ def test_warmup_then_linear_decay_like_transformers() -> None:
         opt.step()
         sched.step()
     assert all(math.isclose(a, b) for a, b in zip(factors, theirs, strict=True))
+
+
+def test_kl_over_a_restricted_answer_pool_is_finite_with_finite_gradients() -> None:
+    """Logits masked to -inf outside a client's pool (restrict_logits) add no term and no NaN."""
+    z_s = torch.tensor([[1.0, float("-inf"), 0.5]], requires_grad=True)
+    z_dat = torch.tensor([[0.0, float("-inf"), 1.0]])
+    kl = kl_to_target(z_s, z_dat)
+    kl.backward()
+    expected = kl_to_target(torch.tensor([[1.0, 0.5]]), torch.tensor([[0.0, 1.0]]))
+    assert torch.isfinite(kl) and torch.allclose(kl, expected)
+    assert torch.isfinite(z_s.grad[0, [0, 2]]).all()

@@ -26,7 +26,9 @@ def kl_to_target(trained: Tensor, target: Tensor, temperature: float = 1.0, scal
     KL(z_s || z_DAT) for A_s). `scale_t2` multiplies by T^2 (Hinton et al.; the official code)."""
     log_p = F.log_softmax(trained / temperature, dim=-1)
     log_q = F.log_softmax(target.detach() / temperature, dim=-1)
-    kl = (log_p.exp() * (log_p - log_q)).sum(-1).mean()
+    outside = ~torch.isfinite(log_p)  # classes masked to -inf (a client's answer pool): probability 0, no term
+    log_p, log_q = log_p.masked_fill(outside, 0.0), log_q.masked_fill(outside, 0.0)
+    kl = (log_p.exp().masked_fill(outside, 0.0) * (log_p - log_q)).sum(-1).mean()
     return kl * temperature**2 if scale_t2 else kl
 
 
