@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 import torch
@@ -26,9 +27,10 @@ from fedhet.models.peft import (
 )
 
 
-def tiny(**args: object) -> nn.Module:
+def tiny(**args: Any) -> Any:
     torch.manual_seed(0)
-    base = {"d": 16, "depth": 2, "heads": 2, "patch": 8, "mlp_ratio": 2.0, "vocab_size": 10, "question_len": 4}
+    base: dict[str, Any] = {"d": 16, "depth": 2, "heads": 2, "patch": 8, "mlp_ratio": 2.0, "vocab_size": 10,
+                            "question_len": 4}
     return build_model("vl_transformer", 5, (3, 16, 16), **{**base, **args})
 
 

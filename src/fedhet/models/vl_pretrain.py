@@ -75,7 +75,7 @@ def pretrain(model: nn.Module, batches: Iterable[Batch], *, epochs: int = 1, lr:
             loss.backward()
             opt.step()
             sched.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
             steps += 1
             if max_seconds is not None and time.perf_counter() - start > max_seconds:
                 break

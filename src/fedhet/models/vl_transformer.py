@@ -7,11 +7,12 @@ insertion code finds the same names:
     embeddings.{word_embeddings, cls_token, text_position, patch_embeddings, image_position, token_type_embeddings}
     encoder.layer[i].{layernorm_before, attention.attention.{query,key,value}, attention.output.dense,
                       layernorm_after, intermediate.dense, output.dense}      (`output` is a `VLOutput`)
-    layernorm, pooler.dense                                                  (u = tanh(W LN(h)[CLS]))
+    layernorm                                                                (u = LN(h)[CLS])
 
-features(x) = pooled [CLS] (B, d); head = Linear(d, num_classes). Padding words (id 0) are masked out of
-attention. It stands in for ViLT (no weights here): pretrain it centrally (`fedhet.models.vl_pretrain`) and
-load the result with `checkpoint=PATH`.
+features(x) = the final LayerNorm's [CLS] state (B, d); head = Linear(d, num_classes). ViLT's tanh pooler is
+left out: trained from scratch it saturated (features collapsed to +-1 on a toy task). Padding words (id 0)
+are masked out of attention. It stands in for ViLT (no weights here): pretrain it centrally
+(`fedhet.models.vl_pretrain`) and load the result with `checkpoint=PATH`.
 """
 
 from __future__ import annotations
@@ -142,17 +143,8 @@ class VLEncoder(nn.Module):
         return h
 
 
-class VLPooler(nn.Module):
-    def __init__(self, d: int) -> None:
-        super().__init__()
-        self.dense = nn.Linear(d, d)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(h[:, 0]))
-
-
 class VLTransformerFeatures(nn.Module):
-    """x = [images, questions] -> pooled [CLS] (B, d); hosts prompt tokens (`add_prompts`)."""
+    """x = [images, questions] -> LN(h)[CLS] (B, d); hosts prompt tokens (`add_prompts`)."""
 
     supports_prompts = True
 
@@ -163,12 +155,11 @@ class VLTransformerFeatures(nn.Module):
         self.embeddings = embeddings
         self.encoder = VLEncoder(depth, d, heads, hidden, dropout)
         self.layernorm = nn.LayerNorm(d)
-        self.pooler = VLPooler(d)
 
     def forward(self, x: list[torch.Tensor] | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         text, text_mask, image, image_mask = self.embeddings(*split_vl_input(x))
         h, mask = splice_prompts(prompts_of(self), text, text_mask, image, image_mask)
-        return self.pooler(self.layernorm(self.encoder(h, mask)))
+        return self.layernorm(self.encoder(h, mask))[:, 0]
 
 
 def init_weights(module: nn.Module) -> None:

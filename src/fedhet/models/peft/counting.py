@@ -78,7 +78,8 @@ def peft_parameters(model: nn.Module, kind: str, *, head_trainable: bool = True,
     """The trained and communicated parameters of method `kind` on `model` (see the module table).
 
     `also_train`: name patterns (as adapter targets: `*` one name part) of extra locally trained, never
-    communicated parameters, e.g. minilm_vl's new image projection "patch_embeddings.*". A ConfigError for an unknown kind or a model missing the kind's modules.
+    communicated parameters, e.g. minilm_vl's new image projection "patch_embeddings.*". A ConfigError for an
+    unknown kind or a model missing the kind's modules.
     """
     if kind not in KINDS:
         raise ConfigError(f"unknown PEFT kind {kind!r}; valid: {', '.join(KINDS)}")

@@ -9,8 +9,8 @@ inserting (with `strict=False` before, as the adapter keys are new). Targets:
   sub-layer's result with its residual (and, in post-LN encoders such as BERT, its LayerNorm: the "normalized
   output of FFN" of Eq. 1).
 - a class name ("ViltOutput") or a pattern matched against the end of qualified module names, where `*` is one
-  name part and `**` any number ("encoder.layer.*.output"); "encoder.layer.*.output.dense" puts the adapter on the FFN's second projection, before the residual
-  (Houlsby's position).
+  name part and `**` any number ("encoder.layer.*.output"); "encoder.layer.*.output.dense" puts the adapter on
+  the FFN's second projection, before the residual (Houlsby's position).
 """
 
 from __future__ import annotations

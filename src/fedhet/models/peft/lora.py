@@ -41,14 +41,11 @@ def lora_targets(projections: str | Sequence[str]) -> list[str]:
     return [str(n) for n in projections]
 
 
-def _resolve_rank(model: nn.Module, names: list[str], rank: int | None, reduction: int | None) -> int:
-    if (rank is None) == (reduction is None):
-        raise ConfigError("give exactly one of LoRA rank= and reduction=")
-    if rank is not None:
-        if rank < 1:
-            raise ConfigError(f"LoRA rank must be positive, got {rank}")
-        return int(rank)
-    assert reduction is not None
+def _resolve_rank(model: nn.Module, names: list[str], rank: int, reduction: int | None) -> int:
+    if reduction is None:
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+            raise ConfigError(f"LoRA rank must be a positive integer, got {rank!r}")
+        return rank
     dims = {m.in_features for n, m in model.named_modules()
             if isinstance(m, nn.Linear) and n.rsplit(".", 1)[-1] in names}
     if len(dims) != 1 or next(iter(dims)) % reduction:
@@ -56,9 +53,11 @@ def _resolve_rank(model: nn.Module, names: list[str], rank: int | None, reductio
     return next(iter(dims)) // reduction
 
 
-def apply_lora(model: nn.Module, projections: str | Sequence[str] = "qk", rank: int | None = 16,
+def apply_lora(model: nn.Module, projections: str | Sequence[str] = "qk", rank: int = 16,
                reduction: int | None = None, alpha: float | None = None, dropout: float = 0.0) -> int:
     """Inject LoRA (peft `LoraConfig`, B = 0 at start) into the named projections in place; returns the rank.
+
+    `reduction`, when given, replaces `rank`: r = d / reduction (d the projections' input size).
 
     peft freezes every other parameter; use `mark_trainable(model, "lora")` to train the head too.
     """
