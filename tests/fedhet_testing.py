@@ -12,6 +12,21 @@ from torch.utils.data import TensorDataset
 SHARED_DATA = Path(os.environ.get("FEDHET_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
+# the smallest vision-language setting (FedDAT's methods): easy-VQA's Task benchmark (4 clients) on a 1-block
+# ViLT-shaped transformer
+TINY_VL = ["data.dataset=easy_vqa_task", "model.name=vl_transformer", "model.args={d: 16, depth: 1, heads: 2}",
+           "train.optimizer=adamw", "train.lr=0.001"]
+
+
+def for_method(method: str, overrides: list[str]) -> list[str]:
+    """`overrides` plus method=<method>, and the tiny VL setting when the method needs a transformer over VQA data
+    (`Algorithm.modality`): so tests over every registered method run each on data it can train on."""
+    from fedhet.algorithms import ALGORITHMS
+
+    vl = ALGORITHMS.get(method).modality == "vision-language"
+    return [*overrides, *(TINY_VL if vl else []), f"method={method}"]
+
+
 def tiny_model(in_dim: int = 4, feat_dim: int = 3, num_classes: int = 2, bn: bool = False):
     """A linear feature extractor (+ optional BatchNorm1d) and a linear head, as a SplitModel."""
     from fedhet.models import SplitModel

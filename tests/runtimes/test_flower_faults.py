@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fedhet_testing import for_method
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # read when flwr is imported
 pytest.importorskip("flwr")
@@ -245,7 +246,7 @@ def test_error_reasons_are_shortened_to_the_root_exception() -> None:
 def test_every_method_reply_matches_the_expected_layout(method) -> None:
     """Honest replies of every registered method pass the server's checks (else the Flower runtime would
     reject them); a method with an unusual layout must declare it with `Algorithm.reply_layout`."""
-    exp = build_experiment(cfg(f"method={method}", "rounds=2"))
+    exp = build_experiment(load_config(None, for_method(method, [*BASE, "rounds=2"])))
     alg = exp.algorithm
     broadcast = alg.broadcast(alg.init_server(), exp.round_info(1), 0)
     out, _ = fit_client(alg, broadcast, alg.init_client(0), exp.context(0, 1, exp.data.clients[0]))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fedhet_testing import for_method
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 pytest.importorskip("flwr")
@@ -159,8 +160,8 @@ FEDERATED = sorted(m for m in ALGORITHMS.names() if not ALGORITHMS.get(m).centra
 def test_every_method_is_a_flower_strategy(tmp_path, method) -> None:
     """FedhetStrategy + fedhet_client_app under Flower's own Strategy.start: the in-process global model, bit for
     bit, and the same evaluation rows; half the clients sampled per round, so sampling is exercised too."""
-    extra = ["server.fraction_fit=0.5", "rounds=2", "train.local_steps=2"]
-    c = cfg(f"method={method}", *extra)
+    c = load_config(overrides=for_method(method, [*LEARNS, "server.fraction_fit=0.5", "rounds=2",
+                                                  "train.local_steps=2"]))
     run_experiment(c, tmp_path / "inprocess", progress=False)
     expected = final_server_model(tmp_path / "inprocess")
     strategy = FedhetStrategy(c)

@@ -112,6 +112,7 @@ class PeftFedAvg(ModelAlgorithm):
     name = "peft"
     Params = PeftParams
     personalized = True  # every client deploys its own head
+    modality = "vision-language"
     counting_kind = ""  # models.peft.counting kind; "" = params.kind
 
     def __init__(self, params: PeftParams, model_fn: Callable[[], SplitModel], train: TrainConfig,
