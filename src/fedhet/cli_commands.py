@@ -127,6 +127,18 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    from fedhet.config import load_config
+    from fedhet.launch.pretrain import pretrain_backbone
+
+    cfg = load_config(*config_and_overrides(args))
+    done = pretrain_backbone(cfg, args.out, epochs=args.epochs, minutes=args.minutes, force=args.force)
+    how = "pretrained" if done.trained else "found (same config and budget; --force trains again)"
+    print(f"backbone {how}: {done.path}  held-out accuracy {done.accuracy:.4f}  ({done.meta.get('steps')} steps, "
+          f"{done.meta.get('seconds')} s)")
+    return 0
+
+
 def cmd_methods(args: argparse.Namespace) -> int:
     from fedhet.algorithms import ALGORITHMS
 

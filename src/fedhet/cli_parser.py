@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from fedhet.cli_args import DEBUG_FLAGS, Parser, check_repeated_overrides, place_extras
-from fedhet.cli_commands import cmd_data, cmd_flower, cmd_methods, cmd_report, cmd_run, cmd_sweep
+from fedhet.cli_commands import cmd_data, cmd_flower, cmd_methods, cmd_pretrain, cmd_report, cmd_run, cmd_sweep
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -20,7 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(*DEBUG_FLAGS, dest="verbose", action="store_true",
                         help="debug logging, and the traceback of any error")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_run, _add_sweep, _add_report, _add_data, _add_flower):
+    for add in (_add_run, _add_sweep, _add_report, _add_data, _add_pretrain, _add_flower):
         add(sub)
     methods = sub.add_parser("methods", help="list the registered methods")
     methods.set_defaults(func=cmd_methods)
@@ -80,6 +80,18 @@ def _add_data(sub: Subparsers) -> None:
     data.add_argument("overrides", nargs="*")
     data.add_argument("--plot", default=None, help="write a PNG of the partition here")
     data.set_defaults(func=cmd_data)
+
+
+def _add_pretrain(sub: Subparsers) -> None:
+    """`fedhet pretrain CONFIG --out PATH`: a frozen backbone's central pretraining (FedDAT's stand-in)."""
+    pre = sub.add_parser("pretrain", help="pretrain a backbone centrally on the config's data; cached by config")
+    pre.add_argument("config", nargs="?")
+    pre.add_argument("overrides", nargs="*")
+    pre.add_argument("--out", required=True, help="the backbone file (model.args.checkpoint of later runs)")
+    pre.add_argument("--epochs", type=int, default=1)
+    pre.add_argument("--minutes", type=float, default=None, help="stop after this much wall time")
+    pre.add_argument("--force", action="store_true", help="train again even if --out holds this pretraining")
+    pre.set_defaults(func=cmd_pretrain)
 
 
 def _add_flower(sub: Subparsers) -> None:
