@@ -93,7 +93,7 @@ def breakdown(work: Path) -> dict[str, Any]:
     keep = [w for w, wave in enumerate(waves) if wave["round"] > 1]
     steps = list(next(iter(per_node.values()))[0])
     mean = {s: statistics.mean(per_node[n][w][s] for n in per_node for w in keep) for s in steps}
-    last = [max(per_node, key=lambda n, w=w: waves[w]["replies"][n]) for w in keep]  # the node each wave waited for
+    last = [max(waves[w]["replies"].items(), key=lambda kv: float(kv[1]))[0] for w in keep]  # the node waited for
     critical = {s: statistics.mean(per_node[n][w][s] for n, w in zip(last, keep, strict=True)) for s in steps}
     wave_s = statistics.mean(max(waves[w]["replies"].values()) - waves[w]["push"] for w in keep)
     rounds = floor["round_s"][1:]
