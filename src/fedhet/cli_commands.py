@@ -177,7 +177,8 @@ def cmd_flower(args: argparse.Namespace) -> int:
         from fedhet.runtimes.flower.deploy import deploy_experiment
 
         deploy_experiment(cfg, run_dir, workdir=args.workdir, port=args.port, resume=args.resume,
-                          stop_after=args.stop_after, tls_dir=args.tls_dir, workers=not args.no_workers)
+                          stop_after=args.stop_after, tls_dir=args.tls_dir, workers=not args.no_workers,
+                          supernode_auth=args.supernode_auth, progress=False if args.quiet else None)
     else:
         from fedhet.runtimes.flower.deploy import write_flower_app
 

@@ -115,6 +115,8 @@ def _add_flower(sub: Subparsers) -> None:
     flower.add_argument("--no-workers", action="store_true",
                         help="deploy: no fedhet worker beside each SuperNode (every ClientApp process imports "
                              "torch and builds the experiment itself; slower)")
+    flower.add_argument("--supernode-auth", action="store_true",
+                        help="deploy: SuperNode authentication (a registered key pair per node; needs --tls-dir)")
     flower.add_argument("--socket", default=None, help="worker: the Unix socket to serve on")
     flower.add_argument("-q", "--quiet", action="store_true")
     flower.set_defaults(func=cmd_flower)

@@ -37,6 +37,9 @@ class FlowerRoundLoop(RoundLoop):
         super().__init__(exp, run_dir, flower, progress=False)  # no bar: one line per round (`play_round`)
         self.flower = flower
         self.round_lines = progress and not exp.config.run.quiet
+        if self.round_lines:
+            print(f"{PROGRESS_PREFIX}{len(flower.link.node_of)} SuperNodes serve the {flower.num_train_clients} "
+                  f"clients; {exp.config.method} for {exp.config.rounds} rounds", flush=True)
 
     def play_round(self, rnd: int, last: int, signals: StopSignals) -> float | None:
         """The shared round, then one line for the log (`flwr run --stream` shows the ServerApp's output)."""
