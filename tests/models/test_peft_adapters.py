@@ -61,6 +61,23 @@ def test_adapter_forward_by_hand() -> None:
     assert slot(h).tolist() == [[2.0, 2.0, 5.0, 5.0]]
 
 
+def test_dat_forward_by_hand() -> None:
+    # Eq. 4: h + 1/2 Â_s(h) + 1/2 A_c(h) with Â_s(h) = [1, 0, 2, 1] and A_c(h) = [2, 2, 2, 2] (only its up bias)
+    dual = DualAdapter(4, reduction=2)
+    dual.slots["frozen_shared"].load_state_dict(hand_adapter().state_dict())
+    with torch.no_grad():
+        for p in dual.slots["client"].parameters():
+            p.zero_()
+        dual.slots["client"].up.bias.fill_(2.0)
+    dual.set_path("dat")
+    h = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+    assert dual(h).tolist() == [[2.5, 3.0, 5.0, 5.5]]
+    dual.set_path("client")
+    assert dual(h).tolist() == [[3.0, 4.0, 5.0, 6.0]]
+    dual.set_path("frozen_shared")
+    assert dual(h).tolist() == [[2.0, 2.0, 5.0, 5.0]]
+
+
 def test_adapter_parameter_count_by_hand() -> None:
     assert sum(p.numel() for p in BottleneckAdapter(768).parameters()) == 768 * 48 + 48 + 48 * 768 + 768
     assert 12 * adapter_param_count(768, 16) == 894_528  # ViLT's "0.89M" (spec 2.1)

@@ -85,6 +85,22 @@ def test_vilt_load_errors_are_clear(tmp_path: Path) -> None:
     assert vilt_word_map(token_map=[0, 100, 2001]).table[:, 0].tolist() == [0, 100, 2001]
 
 
+def test_other_hf_encoders_take_adapters_and_lora() -> None:
+    small = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+    with torch.device("meta"):
+        bert = transformers.BertModel(transformers.BertConfig(**small))
+        vit = transformers.ViTModel(transformers.ViTConfig(**small))
+    assert insert_adapters(bert) == ["encoder.layer.0.output", "encoder.layer.1.output"]  # BertOutput, post-LN
+    apply_lora(bert, "qk", rank=2)
+    assert peft_parameters(bert, "adapter").communicated_count == 2 * adapter_param_count(32, 16)
+    assert peft_parameters(bert, "lora").communicated_count == 2 * 2 * (32 * 2 + 2 * 32)
+    with pytest.raises(ConfigError, match="no transformer blocks.*ViTMLP"):
+        insert_adapters(vit)  # transformers 5's ViT: the FFN is `mlp` (fc1, fc2)
+    assert len(insert_adapters(vit, "ViTMLP")) == 2  # d read from fc2
+    apply_lora(vit, ["q_proj", "k_proj"], rank=2)
+    assert peft_parameters(vit, "adapter").communicated_count == 2 * adapter_param_count(32, 16)
+
+
 def minilm_words() -> list[str]:
     return ["<pad>", "<unk>", "what", "rectangle", "is", "blue", "there"]
 

@@ -73,6 +73,9 @@ def _hidden_size(name: str, module: nn.Module, hidden_size: int | None) -> int:
     norm = getattr(module, "LayerNorm", None)
     if isinstance(norm, nn.LayerNorm):
         return int(norm.normalized_shape[-1])
+    linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
+    if linears:  # e.g. an MLP's last projection (fc2, down_proj, wo)
+        return int(linears[-1].out_features)
     raise ConfigError(f"cannot tell the hidden size after module '{name}' ({type(module).__name__}); "
                       "pass hidden_size=")
 
