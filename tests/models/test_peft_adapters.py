@@ -65,10 +65,11 @@ def test_dat_forward_by_hand() -> None:
     # Eq. 4: h + 1/2 Â_s(h) + 1/2 A_c(h) with Â_s(h) = [1, 0, 2, 1] and A_c(h) = [2, 2, 2, 2] (only its up bias)
     dual = DualAdapter(4, reduction=2)
     dual.slots["frozen_shared"].load_state_dict(hand_adapter().state_dict())
+    client: Any = dual.slots["client"]
     with torch.no_grad():
-        for p in dual.slots["client"].parameters():
+        for p in client.parameters():
             p.zero_()
-        dual.slots["client"].up.bias.fill_(2.0)
+        client.up.bias.fill_(2.0)
     dual.set_path("dat")
     h = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
     assert dual(h).tolist() == [[2.5, 3.0, 5.0, 5.5]]
