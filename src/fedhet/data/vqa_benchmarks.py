@@ -6,7 +6,8 @@ Registered datasets (one per benchmark, each client one domain; modality "vqa"):
 - `easy_vqa_scene`: 6 clients, one image style each, the same question-family mix (visual shift);
 - `easy_vqa_task`: 4 clients with disjoint answer pools (yes/no, shape, 4 bright colours, 4 dark colours),
   low-shot, `ClientData.classes` = the pool (a client-specific head, C^k-way classification);
-- `easy_vqa_source`: the images no benchmark client uses, clean, every question: the central "pretraining" data.
+- `easy_vqa_source`: the images no benchmark client uses, clean, answers balanced per family, one domain per
+  family (`data.domains` picks what a backbone is pretrained on; `pooled_train()` pools them).
 
 Splits are fixed (data seed `DATA_SEED`, the same for every experiment seed, as the paper's datasets): easy-VQA's
 train images are permuted once; the first `CLIENT_TRAIN_IMAGES` are cut into K disjoint blocks (client k's
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 from torchvision.transforms import v2
 
-from fedhet.data.easy_vqa import ANSWERS, FAMILIES, SHAPES, Questions, load_questions, resized_images
+from fedhet.data.easy_vqa import ANSWERS, FAMILIES, SHAPES, SPLITS, Questions, load_questions, resized_images
 from fedhet.data.partition import allocate
 from fedhet.data.registry import DatasetSpec, DomainData, LoadContext, Transform, register_dataset
 from fedhet.data.transforms import IMAGENET_MEAN, IMAGENET_STD
@@ -154,35 +155,66 @@ def _split(q: Questions, idx: np.ndarray, images: torch.Tensor, style: str, seed
     return pack(q, idx, styled, ids), torch.from_numpy(q.answer[idx])
 
 
-@functools.lru_cache(maxsize=8)
-def build_benchmark(name: str, image_size: int) -> dict[str, DomainData]:
-    """Client name -> DomainData (packed train / test rows, answer ids, the pool for Task) of benchmark `name`."""
+def client_questions(name: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Client name -> (train, test) question indices into easy-VQA's train / test questions, for benchmark `name`."""
     b = benchmark(name)
-    questions = {s: load_questions(s) for s in ("train", "test")}
-    images = resized_images(image_size)
+    train_q, test_q = load_questions("train"), load_questions("test")
     blocks = image_blocks(len(b.clients))
     bi = list(BENCHMARKS).index(name)
     out = {}
     for k, client in enumerate(b.clients):
-        parts = []
-        for si, (split, size) in enumerate((("train", b.train_size), ("test", b.test_size))):
-            rng = np.random.default_rng([DATA_SEED, bi, k, si])
-            idx = select_questions(questions[split], blocks[si][k], client, size, b.per_answer, rng)
-            parts.append(_split(questions[split], idx, images[split], client.style, DATA_SEED + 100 * bi + 10 * k + si))
-        (x, y), (xt, yt) = parts
+        rngs = [np.random.default_rng([DATA_SEED, bi, k, si]) for si in (0, 1)]
+        out[client.name] = (select_questions(train_q, blocks[0][k], client, b.train_size, b.per_answer, rngs[0]),
+                            select_questions(test_q, blocks[1][k], client, b.test_size, b.per_answer, rngs[1]))
+    return out
+
+
+def style_seed(name: str, client: int, split: str) -> int:
+    """The seed of a client's random image style (noise, textures) on one split."""
+    return DATA_SEED + 100 * list(BENCHMARKS).index(name) + 10 * client + SPLITS.index(split)
+
+
+@functools.lru_cache(maxsize=8)
+def build_benchmark(name: str, image_size: int) -> dict[str, DomainData]:
+    """Client name -> DomainData (packed train / test rows, answer ids, the pool for Task) of benchmark `name`."""
+    b = benchmark(name)
+    images = resized_images(image_size)
+    out = {}
+    for k, (client, idx) in enumerate(zip(b.clients, client_questions(name).values(), strict=True)):
+        (x, y), (xt, yt) = (_split(load_questions(s), i, images[s], client.style, style_seed(name, k, s))
+                            for s, i in zip(SPLITS, idx, strict=True))
         pool = tuple(sorted(ANSWERS.index(a) for a in client.pool)) if b.pools and client.pool else None
         out[client.name] = DomainData(x, y, xt, yt, classes=pool, note=(
             f"easy-VQA {client.style} images, {'/'.join(client.families)} questions (data seed {DATA_SEED})"))
     return out
 
 
+def source_questions(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Sorted indices of the source's questions on `images`: per family, every answer as often as its rarest
+    (easy-VQA's yes/no families are 66-88% one answer; a model pretrained on them learns that prior)."""
+    q = load_questions("train")
+    cand = np.flatnonzero(np.isin(q.image, images))
+    chosen = []
+    for f in np.unique(q.family[cand]):
+        sub = cand[q.family[cand] == f]
+        values, counts = np.unique(q.answer[sub], return_counts=True)
+        chosen += [rng.choice(sub[q.answer[sub] == v], counts.min(), replace=False) for v in values]
+    return np.sort(np.concatenate(chosen))
+
+
 @functools.lru_cache(maxsize=2)
-def build_source(image_size: int) -> DomainData:
-    """The source portion: every question on the source images (clean), split by image."""
+def build_source(image_size: int) -> dict[str, DomainData]:
+    """The source portion, one domain per question family: clean source images, answers balanced per family,
+    split by image (the families share images)."""
     q = load_questions("train")
     images = resized_images(image_size)["train"]
-    (x, y), (xt, yt) = (_split(q, np.flatnonzero(np.isin(q.image, ids)), images, "clean", 0) for ids in source_images())
-    return DomainData(x, y, xt, yt, note=f"easy-VQA source images, clean (data seed {DATA_SEED})")
+    idx = [source_questions(ids, np.random.default_rng([DATA_SEED, 99, i])) for i, ids in enumerate(source_images())]
+    out = {}
+    for f, family in enumerate(FAMILIES):
+        (x, y), (xt, yt) = (_split(q, i[q.family[i] == f], images, "clean", 0) for i in idx)
+        out[family] = DomainData(x, y, xt, yt, note=f"easy-VQA source images, clean, {family} questions, "
+                                                    f"answer-balanced (data seed {DATA_SEED})")
+    return out
 
 
 class VQAInputs:
@@ -211,7 +243,7 @@ def vqa_transforms(train: IndexedDataset, cfg: DataConfig, size: int) -> tuple[T
 
 def _load(name: str, ctx: LoadContext, domain: str) -> DomainData:
     if name == "easy_vqa_source":
-        return build_source(ctx.image_size)
+        return build_source(ctx.image_size)[domain]
     return build_benchmark(name, ctx.image_size)[domain]
 
 
@@ -229,4 +261,5 @@ _WHAT: dict[str, str] = {"easy_vqa_domain": "FedDAT Domain benchmark: style + qu
                          "easy_vqa_task": "FedDAT Task benchmark: answer pool per client, low-shot"}
 for _b in BENCHMARKS.values():
     _register(_b.name, tuple(c.name for c in _b.clients), _WHAT[_b.name])
-_register("easy_vqa_source", ("source",), "the images no benchmark client uses, for central pretraining")
+_register("easy_vqa_source", FAMILIES, "the images no benchmark client uses, one domain per question family, for "
+          "central pretraining")
