@@ -1,15 +1,15 @@
 """The ClientApp side: one fedhet client per SuperNode, seeded and run exactly as `InProcessClients` does.
 
 The client id is the node's `partition-id` (Flower's node config; the simulation sets it for every virtual
-node). The client's state (FedBN's local BatchNorm, Ditto's personal model, optimizer states, ...) never
-leaves the node. It is kept per round: after fitting round r the node stores its new state as "round r"
-(in Flower's `context.state`, and as `round_<r>.pt` in its state folder when it has one), but uses it only
-once the server says so. Every request carries `state-round`: the last round whose fit reply of this client
-the server aggregated (0: none, the algorithm's initial state). A client whose reply was lost or rejected
-therefore continues from the state it had before that round, exactly as if it had not been sampled, and a
-resumed run asks each client for the state its checkpoint refers to. `keep-rounds` names the other rounds
-the server may still ask for (its last checkpoint, the start of the current round); older states are
-deleted.
+node). The client's state (FedBN's local BatchNorm, Ditto's personal model, optimizer states, ...) never leaves
+the node. It is kept per round: after fitting round r the node stores its new state as "round r" (in Flower's
+`context.state`, and as `round_<r>.pt` in its state folder when it has one), but uses it only once the server
+says so. Every request of fedhet's server carries `state-round` (in its "config" record): the last round whose
+fit reply of this client the server aggregated (0: none, the algorithm's initial state); a stock Flower
+strategy's requests do not, and the client then continues from its latest state. A client whose reply was lost
+or rejected therefore continues from the state it had before that round, exactly as if it had not been sampled,
+and a resumed run asks each client for the state its checkpoint refers to. `keep-rounds` names the other rounds
+the server may still ask for (its last checkpoint, the start of the current round); older states are deleted.
 
 State folder: node config `state-dir=PATH` (per node; `PATH/<run key>/client_<id>/`), else the run's
 `client-state-dir` (`fedhet flower simulate / deploy` use `<run dir>/client_states/client_<id>/`).
