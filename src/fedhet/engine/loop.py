@@ -207,7 +207,7 @@ class RoundLoop:
     def run(self, stop_after: int | None = None) -> RunResult:
         cfg = self.cfg
         last = cfg.rounds if stop_after is None else min(cfg.rounds, stop_after)
-        bar = tqdm(total=cfg.rounds, initial=self.round, desc=f"{cfg.method}/{cfg.data.dataset}/s{cfg.seed}",
+        bar = tqdm(total=cfg.rounds, initial=self.round, desc=f"{cfg.variant}/{cfg.data.dataset}/s{cfg.seed}",
                    disable=not self.progress, unit="round", dynamic_ncols=True, leave=True)
         acc = self.last_accuracy()
         if acc is not None:
