@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from fedhet.data.registry import DatasetSpec, DomainData, LoadContext, register_dataset
+from fedhet.data.transforms import gaussian_blur
 from fedhet.errors import ConfigError
 
 DOMAINS = ("clean", "inverted", "colored", "thick_blur")
@@ -76,16 +77,6 @@ def _smooth_noise(n: int, channels: int, g: torch.Generator, cells: int = 4) -> 
     return F.interpolate(coarse, size=(SIZE, SIZE), mode="bicubic", align_corners=False).clamp(0, 1)
 
 
-def _blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
-    r = int(np.ceil(2 * sigma))
-    t = torch.arange(-r, r + 1, dtype=torch.float32)
-    k = torch.exp(-(t**2) / (2 * sigma**2))
-    k = k / k.sum()
-    c = x.shape[1]
-    x = F.conv2d(F.pad(x, (r, r, 0, 0), mode="replicate"), k.view(1, 1, 1, -1).repeat(c, 1, 1, 1), groups=c)
-    return F.conv2d(F.pad(x, (0, 0, r, r), mode="replicate"), k.view(1, 1, -1, 1).repeat(c, 1, 1, 1), groups=c)
-
-
 def render(style: str, img8: np.ndarray, seed: int) -> torch.Tensor:
     """Render n 8x8 digits (values in [0, 1]) in `style` -> uint8 n x 3 x 28 x 28."""
     g = torch.Generator().manual_seed(seed)
@@ -103,7 +94,7 @@ def render(style: str, img8: np.ndarray, seed: int) -> torch.Tensor:
         out = (bg.clamp(0, 1) - v).abs()
     elif style == "thick_blur":
         thick = F.max_pool2d(v, kernel_size=3, stride=1, padding=1)
-        soft = _blur(thick, sigma=1.2)
+        soft = gaussian_blur(thick, sigma=1.2, truncate=2.0)
         tint = torch.tensor([0.95, 0.8, 0.55]).view(1, 3, 1, 1)
         out = 0.1 + 0.75 * soft * tint + 0.1 * torch.randn(n, 3, SIZE, SIZE, generator=g)
     else:

@@ -14,9 +14,21 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torchvision.transforms import v2
 
 from fedhet.errors import unknown_choice
+
+
+def gaussian_blur(x: torch.Tensor, sigma: float, truncate: float = 2.5) -> torch.Tensor:
+    """Separable Gaussian blur of float n x c x H x W (replicate padding), radius ceil(truncate * sigma) >= 1."""
+    r = max(1, math.ceil(truncate * sigma))
+    t = torch.arange(-r, r + 1, dtype=torch.float32)
+    k = torch.exp(-(t**2) / (2 * sigma**2))
+    k = k / k.sum()
+    c = x.shape[1]
+    x = F.conv2d(F.pad(x, (r, r, 0, 0), mode="replicate"), k.view(1, 1, 1, -1).repeat(c, 1, 1, 1), groups=c)
+    return F.conv2d(F.pad(x, (0, 0, r, r), mode="replicate"), k.view(1, 1, -1, 1).repeat(c, 1, 1, 1), groups=c)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

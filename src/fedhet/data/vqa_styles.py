@@ -14,25 +14,13 @@ means the same at every image size:
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
+from fedhet.data.transforms import gaussian_blur
 from fedhet.errors import unknown_choice
 
 STYLES = ("clean", "inverted", "blurred", "noisy", "recoloured", "pixelated")
-
-
-def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
-    """Separable Gaussian blur of float n x c x H x W (replicate padding)."""
-    r = max(1, math.ceil(2.5 * sigma))
-    t = torch.arange(-r, r + 1, dtype=torch.float32)
-    k = torch.exp(-(t**2) / (2 * sigma**2))
-    k = k / k.sum()
-    c = x.shape[1]
-    x = F.conv2d(F.pad(x, (r, r, 0, 0), mode="replicate"), k.view(1, 1, 1, -1).repeat(c, 1, 1, 1), groups=c)
-    return F.conv2d(F.pad(x, (0, 0, r, r), mode="replicate"), k.view(1, 1, -1, 1).repeat(c, 1, 1, 1), groups=c)
 
 
 def background_alpha(x: torch.Tensor) -> torch.Tensor:
