@@ -151,20 +151,20 @@ def save_state(context: Context, setup: ClientSetup, cid: int, rnd: int, state: 
         atomic_write_bytes(folder / f"round_{rnd}.pt", data)
 
 
+def folder_states(folder: Path | None) -> dict[int, Path]:
+    """round -> `round_<r>.pt` of the states in a client's state folder (none without a folder)."""
+    if folder is None or not folder.is_dir():
+        return {}
+    return {int(p.stem[6:]): p for p in folder.glob("round_*.pt") if p.stem[6:].isdigit()}
+
+
 def prune_states(context: Context, setup: ClientSetup, cid: int, rnd: int, keep: set[int]) -> None:
     """Drop stored states of rounds before `rnd` that the server can no longer ask for."""
     stored = _stored(context)
     kept = {k: v for k, v in stored.items() if int(k[1:]) in keep or int(k[1:]) >= rnd}
     if len(kept) != len(stored):
         context.state[STATE_KEY] = ConfigRecord(kept)
-    folder = state_folder(context, setup, cid)
-    if folder is None or not folder.is_dir():
-        return
-    for path in folder.glob("round_*.pt"):
-        try:
-            r = int(path.stem.split("_", 1)[1])
-        except ValueError:
-            continue
+    for r, path in folder_states(state_folder(context, setup, cid)).items():
         if r < rnd and r not in keep:
             path.unlink(missing_ok=True)
 
@@ -172,10 +172,7 @@ def prune_states(context: Context, setup: ClientSetup, cid: int, rnd: int, keep:
 def latest_state_round(context: Context, setup: ClientSetup, cid: int, before: int) -> int:
     """The last round before `before` whose state this node keeps (0: none): the state a client continues
     from when the server keeps no state bookkeeping (a stock Flower strategy aggregates every reply)."""
-    rounds = set(stored_rounds(context))
-    folder = state_folder(context, setup, cid)
-    if folder is not None and folder.is_dir():
-        rounds |= {int(p.stem[6:]) for p in folder.glob("round_*.pt") if p.stem[6:].isdigit()}
+    rounds = set(stored_rounds(context)) | set(folder_states(state_folder(context, setup, cid)))
     return max((r for r in rounds if r < before), default=0)
 
 

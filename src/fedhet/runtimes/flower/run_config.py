@@ -22,6 +22,7 @@ from typing import Any
 
 from fedhet.config import load_config
 from fedhet.config.loading import set_path
+from fedhet.engine.checkpoint import flatten as dotted
 from fedhet.errors import ConfigError
 from fedhet.yaml_input import load_yaml
 
@@ -47,16 +48,9 @@ def _yaml(text: str) -> Any:
         return None
 
 
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, RunConfigValue]:
+def flatten(tree: dict[str, Any]) -> dict[str, RunConfigValue]:
     """Nested config -> {dotted key: run-config value}; an empty mapping stays one key (`method_args = "{}"`)."""
-    out: dict[str, RunConfigValue] = {}
-    for key, value in tree.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, dotted + "."))
-        else:
-            out[dotted] = encode(value)
-    return out
+    return {key: encode(value) for key, value in dotted(tree).items()}
 
 
 def experiment_run_config(config: dict[str, Any]) -> dict[str, RunConfigValue]:
@@ -70,7 +64,7 @@ def experiment_run_config(config: dict[str, Any]) -> dict[str, RunConfigValue]:
 def read_run_config(run_config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(resolved experiment config, runtime settings) from a Flower run config (flat, as Flower hands it to the
     apps, or nested as in pyproject.toml); ConfigError naming a bad key."""
-    run_config = _flat(run_config)
+    run_config = dotted(run_config)
     runtime = {k: _runtime(k, run_config[k]) for k in RUNTIME_KEYS if k in run_config}
     tree: dict[str, Any] = {}
     for key, value in run_config.items():
@@ -90,16 +84,6 @@ def read_run_config(run_config: dict[str, Any]) -> tuple[dict[str, Any], dict[st
     except ConfigError as err:
         raise ConfigError(f"Flower run config: {err} (runtime keys: {known})") from None
     return cfg.to_dict(), runtime
-
-
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _yaml_value(key: str, value: Any) -> Any:
