@@ -38,26 +38,32 @@ def _partition(reply: RecordDict) -> object:
     return reply["config"]["partition-id"]
 
 
-def test_worker_answers_and_reports_failures() -> None:
+@pytest.fixture
+def worker_socket() -> Iterator[Path]:
+    """A worker serving in a thread; its socket path (the key beside it)."""
     sock = Path(tempfile.mkdtemp(prefix="fedhet-test-w-")) / "node.sock"
     worker, ready = Worker(sock), threading.Event()
     thread = threading.Thread(target=worker.serve, args=(ready,), daemon=True)
     thread.start()
     assert ready.wait(10)
     try:
-        context = _context(str(sock))
-        reply = node_app.forward("query", RecordDict(), context)
-        assert _partition(reply) == 1
-        assert context.state["keep"]["x"] == 1  # the state made the round trip
-        with pytest.raises(RuntimeError, match="failed on a bogus message: ValueError: unknown message kind"):
-            node_app.forward("bogus", RecordDict(), context)
-        with pytest.raises(RuntimeError, match="failed on a query message: .*partition-id 9"):
-            node_app.forward("query", RecordDict(), _context(str(sock), partition=9))
-        assert _partition(node_app.forward("query", RecordDict(), context)) == 1  # still serving
+        yield sock
     finally:
         worker.stop()
         thread.join(10)
     assert not thread.is_alive()
+
+
+def test_worker_answers_and_reports_failures(worker_socket: Path) -> None:
+    context = _context(str(worker_socket))
+    reply = node_app.forward("query", RecordDict(), context)
+    assert _partition(reply) == 1
+    assert context.state["keep"]["x"] == 1  # the state made the round trip
+    with pytest.raises(RuntimeError, match="failed on a bogus message: ValueError: unknown message kind"):
+        node_app.forward("bogus", RecordDict(), context)
+    with pytest.raises(RuntimeError, match="failed on a query message: .*partition-id 9"):
+        node_app.forward("query", RecordDict(), _context(str(worker_socket), partition=9))
+    assert _partition(node_app.forward("query", RecordDict(), context)) == 1  # still serving
 
 
 def test_missing_worker_is_a_clear_error(tmp_path) -> None:
@@ -117,22 +123,6 @@ class Crafted:
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         return os.system, (f"touch {shlex.quote(self.marker)}",)
-
-
-@pytest.fixture
-def worker_socket() -> Iterator[Path]:
-    """A worker serving in a thread; its socket path (the key beside it)."""
-    sock = Path(tempfile.mkdtemp(prefix="fedhet-test-w-")) / "node.sock"
-    worker, ready = Worker(sock), threading.Event()
-    thread = threading.Thread(target=worker.serve, args=(ready,), daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    try:
-        yield sock
-    finally:
-        worker.stop()
-        thread.join(10)
-    assert not thread.is_alive()
 
 
 def test_an_authenticated_peer_cannot_make_the_worker_run_code(worker_socket: Path, tmp_path: Path) -> None:
