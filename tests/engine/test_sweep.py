@@ -76,3 +76,14 @@ def test_check_plan_validates_every_run_without_training(tmp_path) -> None:
     bad_arg = _cfg(tmp_path, {"variants": bad})
     with pytest.raises(ConfigError, match="sweep run fraug_bad seed 0.*class_reduction"):
         check_plan(plan_sweep(bad_arg))
+
+
+def test_a_finished_run_made_with_another_config_is_an_error_not_a_skip(tmp_path) -> None:
+    cfg = _cfg(tmp_path, {"methods": ["fedavg"], "seeds": [0]})
+    run_sweep(plan_sweep(cfg), progress=False)
+    assert [status for _, status in check_plan(plan_sweep(cfg))] == ["finished"]
+    more = from_dict(ExperimentConfig, {**cfg.to_dict(), "rounds": 2})
+    assert [status for _, status in check_plan(plan_sweep(more))] == ["resume"]  # extending is not a change
+    changed = from_dict(ExperimentConfig, {**cfg.to_dict(), "train": {**cfg.to_dict()["train"], "lr": 0.5}})
+    with pytest.raises(ConfigError, match=r"another config \(train.lr: 0.01 there, 0.5 now\).*another name"):
+        check_plan(plan_sweep(changed))

@@ -143,3 +143,25 @@ def test_minilm_loads_offline_and_takes_adapters() -> None:
     assert sel.trainable_count == 113_040 + new + (384 * 13 + 13)
     add_prompts(model)
     assert model(x).shape == (2, 13)
+
+
+def test_the_datas_vocabulary_reaches_a_model_that_takes_words() -> None:
+    """easy-VQA's words reach `words=` of minilm_vl without a config key; an explicit `words` wins."""
+    from fedhet.config import load_config
+    from fedhet.data import build_federated_data
+    from fedhet.data.easy_vqa import EASY_VQA_VOCAB
+    from fedhet.engine.experiment import make_model_fn
+
+    cfg = load_config(None, ["data.dataset=easy_vqa_task", "model.name=minilm_vl", "data.max_test_per_client=4"])
+    data = build_federated_data(cfg.data, cfg.seed)
+    assert data.vocabulary == list(EASY_VQA_VOCAB)
+    model: Any = make_model_fn(cfg, data)()
+    tok = transformers.AutoTokenizer.from_pretrained(str(_minilm_dir()), local_files_only=True)
+    table = model.features.words.table
+    assert table.shape[0] == len(EASY_VQA_VOCAB)
+    shape = EASY_VQA_VOCAB.index("shape")
+    assert table[shape, 0].item() == tok("shape", add_special_tokens=False)["input_ids"][0]
+    mine = build_model("minilm_vl", 13, (3, 16, 16), vocabulary=EASY_VQA_VOCAB, words=minilm_words())
+    assert mine.features.words.table.shape[0] == len(minilm_words())
+    with pytest.raises(FedhetError, match="needs the vocabulary"):
+        build_model("minilm_vl", 13, (3, 16, 16))

@@ -65,6 +65,7 @@ class FederatedData:
     partition: str = "domain"
     generated_domains: list[str] = field(default_factory=list)  # domains synthesised by fedhet, not read
     notes: dict[str, str] = field(default_factory=dict)  # domain -> where its data came from
+    vocabulary: list[str] = field(default_factory=list)  # text / VQA: words in word-id order (DatasetSpec)
 
     def pooled_test(self) -> Dataset:
         """All clients' test splits together."""
@@ -231,4 +232,5 @@ def build_federated_data(cfg: DataConfig, seed: int) -> FederatedData:
     return FederatedData(
         dataset=spec.name, clients=clients, num_classes=len(spec.classes), classes=list(spec.classes),
         input_shape=_input_shape(spec, data, size), modality=spec.modality, partition=cfg.partition,
-        generated_domains=[d for d, v in data.items() if v.generated], notes={d: v.note for d, v in data.items()})
+        generated_domains=[d for d, v in data.items() if v.generated], notes={d: v.note for d, v in data.items()},
+        vocabulary=list(spec.vocabulary))

@@ -89,6 +89,7 @@ class DatasetSpec:
     # discovers domains / classes at load time: (spec, parsed options, data config) -> concrete spec
     resolve: Callable[[DatasetSpec, Any, DataConfig], DatasetSpec] | None = None
     transforms: TransformFactory | None = None  # own (train, eval) transforms instead of the modality's default
+    vocabulary: tuple[str, ...] = ()  # text / VQA: the words in word-id order (models taking `words=` get them)
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")

@@ -27,7 +27,16 @@ import numpy as np
 import torch
 from torchvision.transforms import v2
 
-from fedhet.data.easy_vqa import ANSWERS, FAMILIES, SHAPES, SPLITS, Questions, load_questions, resized_images
+from fedhet.data.easy_vqa import (
+    ANSWERS,
+    EASY_VQA_VOCAB,
+    FAMILIES,
+    SHAPES,
+    SPLITS,
+    Questions,
+    load_questions,
+    resized_images,
+)
 from fedhet.data.partition import allocate
 from fedhet.data.registry import DatasetSpec, DomainData, LoadContext, Transform, register_dataset
 from fedhet.data.transforms import IMAGENET_MEAN, IMAGENET_STD
@@ -249,7 +258,8 @@ def _load(name: str, ctx: LoadContext, domain: str) -> DomainData:
 
 def _register(name: str, domains: tuple[str, ...], what: str) -> None:
     register_dataset(DatasetSpec(
-        name=name, domains=domains, classes=ANSWERS, modality="vqa", loader=functools.partial(_load, name),
+        name=name, domains=domains, classes=ANSWERS, modality="vqa", vocabulary=tuple(EASY_VQA_VOCAB),
+        loader=functools.partial(_load, name),
         source=f"easy-VQA (Zhou 2020, https://github.com/vzhou842/easy-VQA, PyPI easy-vqa); {what} (docs/easy_vqa.md)",
         layout="(built in: the package easy-vqa, pip install 'fedhet[vlm]'; decoded images cached)",
         default_image_size=DEFAULT_IMAGE_SIZE, hflip=False, builtin=True, transforms=vqa_transforms))

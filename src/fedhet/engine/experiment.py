@@ -85,7 +85,7 @@ def make_model_fn(cfg: ExperimentConfig, data: FederatedData) -> Callable[[], Sp
     def model_fn() -> SplitModel:
         with seeded(cfg.seed, "model-init"):
             return build_model(cfg.model.name, data.num_classes, data.input_shape,
-                               pretrained=cfg.model.pretrained, **cfg.model.args)
+                               pretrained=cfg.model.pretrained, vocabulary=data.vocabulary, **cfg.model.args)
 
     return model_fn
 

@@ -12,6 +12,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from fedhet.config import ExperimentConfig
+from fedhet.core.messages import traffic
 from fedhet.core.seeding import seeded
 from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.engine.evaluation import evaluate
@@ -91,6 +92,7 @@ class RoundLoop:
         self.round, self.elapsed = 0, 0.0
         self.metrics: list[dict[str, Any]] = []
         self.config_changes: list[dict[str, Any]] = []
+        self.traffic: dict[str, float] = {}  # the last trained round's, per client (core.messages.traffic)
         self._committed = self._snapshot()
         self._saved_round = -1  # the round of the checkpoint on disk (-1: none written by or read into this loop)
         self._reopened = False  # a finished run resumed to be extended: summary.json is stale
@@ -152,6 +154,7 @@ class RoundLoop:
         info = self.exp.round_info(rnd)
         messages = {cid: self.alg.broadcast(self.server, info, cid) for cid in sampled}
         replies = self.clients.fit(rnd, messages)
+        self.traffic = traffic(list(messages.values()), [r.message for r in replies])
         with seeded(self.cfg.seed, rnd, "aggregate"):
             self.server = self.alg.aggregate(self.server, replies, info)
         bad = first_nonfinite(self.server)
@@ -252,7 +255,8 @@ class RoundLoop:
                    "dataset": self.cfg.data.dataset, "seed": self.cfg.seed, "rounds": self.cfg.rounds,
                    "rounds_completed": self.round, "personalized": self.alg.personalized, "final": final,
                    "wall_time_s": self.elapsed, "round_time_s": self.elapsed / max(self.round, 1),
-                   "device": str(self.exp.device), "config_changes": self.config_changes}
+                   "device": str(self.exp.device), "config_changes": self.config_changes,
+                   **({"traffic_per_client_round": self.traffic} if self.traffic else {})}
         if self.round >= self.cfg.rounds:
             self.dir.write_config(self.cfg.to_dict())
             self.dir.write_metrics(self.metrics)  # repairs a metrics.jsonl that lags the final checkpoint

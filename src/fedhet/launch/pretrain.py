@@ -52,8 +52,9 @@ def pretrain_backbone(cfg: ExperimentConfig, out: str | Path, epochs: int = 1, m
     out, key = Path(out), pretrain_key(cfg, epochs, minutes)
     data = build_federated_data(cfg.data, cfg.seed)
     with seeded(cfg.seed, "model-init"):
+        args = {k: v for k, v in cfg.model.args.items() if k != "checkpoint"}
         model = build_model(cfg.model.name, data.num_classes, data.input_shape, pretrained=False,
-                            **{k: v for k, v in cfg.model.args.items() if k != "checkpoint"})
+                            vocabulary=data.vocabulary, **args)
     test = DataLoader(data.pooled_test(), batch_size=256)
     if out.is_file() and not force:
         meta = load_backbone(model, out)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
 from tqdm.auto import tqdm
 
 from fedhet.config import ExperimentConfig, deep_merge, from_dict
@@ -91,18 +92,36 @@ def _check_entries(entries: list[str], variants: dict[str, Any]) -> None:
             raise unknown_choice("method (or sweep variant)", str(entry), names)
 
 
-def run_status(run_dir: Path, rounds: int | None = None) -> str:
+def run_status(run_dir: Path, rounds: int | None = None, cfg: ExperimentConfig | None = None) -> str:
     """finished (its summary reached `rounds`), resume (has a checkpoint: interrupted, or finished with fewer
-    rounds, so a larger `rounds` extends it) or new."""
+    rounds, so a larger `rounds` extends it) or new. A finished run made with a config other than `cfg` (a
+    results-relevant key besides `rounds`) raises a ConfigError: skipping it would report the old results."""
     rundir = RunDirectory(run_dir)
     if rundir.is_finished():
         try:
             done = json.loads(rundir.summary_path.read_text()).get("rounds_completed")
         except (OSError, ValueError):
             done = None
+        if cfg is not None:
+            _check_same_config(rundir, cfg)
         if rounds is None or not isinstance(done, int) or done >= rounds:
             return "finished"
     return "resume" if rundir.latest_checkpoint.is_file() else "new"
+
+
+def _check_same_config(rundir: RunDirectory, cfg: ExperimentConfig) -> None:
+    from fedhet.engine.checkpoint import config_differences, flatten
+
+    try:
+        old = yaml.safe_load(rundir.config_path.read_text())
+    except (OSError, yaml.YAMLError):
+        return  # no readable config: nothing to compare (the summary alone marks it finished)
+    known = set(flatten(old))  # a key added to fedhet after that run is not a difference
+    differences = {k: v for k, v in config_differences(old, cfg.to_dict()).items() if k != "rounds" and k in known}
+    if differences:
+        listed = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in differences.items())
+        raise ConfigError(f"{rundir.path} holds a finished run made with another config ({listed}). Give this "
+                          "sweep another name (name=...), or delete that folder to run it again. Nothing was run.")
 
 
 def check_plan(plan: SweepPlan, prefix: bool = True) -> list[tuple[ExperimentConfig, str]]:
@@ -142,7 +161,7 @@ def check_plan(plan: SweepPlan, prefix: bool = True) -> list[tuple[ExperimentCon
             if not prefix:
                 raise
             raise ConfigError(f"sweep run {cfg.variant} seed {cfg.seed} ({cfg.data.dataset}): {err}") from err
-        checked.append((cfg, run_status(run_dir_for(cfg), cfg.rounds)))
+        checked.append((cfg, run_status(run_dir_for(cfg), cfg.rounds, cfg)))
     return checked
 
 

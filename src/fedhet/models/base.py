@@ -66,11 +66,15 @@ def model_args(name: str) -> dict[str, Any]:
 
 
 def build_model(
-    name: str, num_classes: int, input_shape: tuple[int, ...], pretrained: bool = False, **args: Any
+    name: str, num_classes: int, input_shape: tuple[int, ...], pretrained: bool = False,
+    vocabulary: Sequence[str] = (), **args: Any
 ) -> SplitModel:
-    """Build registered model `name`; unknown names or arguments raise a ConfigError naming valid ones."""
+    """Build registered model `name`; unknown names or arguments raise a ConfigError naming valid ones. A model
+    taking `words=` (its text vocabulary) gets the data's `vocabulary` unless `words` or `token_map` is given."""
     factory = MODELS.get(name)
     valid = _model_args(factory)
+    if vocabulary and "words" in valid and not args.get("words") and not args.get("token_map"):
+        args = {**args, "words": list(vocabulary)}
     for key in args:
         if key not in valid:
             choices = ", ".join(sorted(valid)) or "(none)"
