@@ -14,6 +14,7 @@ pytest.importorskip("easy_vqa")
 from fedhet.config import load_config  # noqa: E402
 from fedhet.engine.experiment import build_experiment  # noqa: E402
 from fedhet.engine.local import fit_client  # noqa: E402
+from fedhet.errors import ConfigError  # noqa: E402
 from fedhet.models.peft.counting import param_group  # noqa: E402
 from fedhet.models.peft.insertion import adapter_named_parameters  # noqa: E402
 
@@ -82,3 +83,14 @@ def test_peft_baselines_send_what_they_train_and_nothing_else(kind, local_only) 
     expected = {"adapter": {"adapter:shared", "head"}, "lora": {"lora", "head"}, "prompt": {"prompt", "head"},
                 "bias": {"bias", "head"}, "clf": {"head"}, "full": {"backbone", "bias", "head"}}[kind]
     assert groups == expected  # e.g. no frozen backbone weight is sent or kept by adapter / LoRA / prompt / clf
+
+
+def test_also_train_parts_are_trained_and_kept_never_sent() -> None:
+    exp, msg, state, out, new = fit("method=feddat", "method_args.also_train=[patch_embeddings.*, image_position]")
+    extra = {"features.embeddings.patch_embeddings.weight", "features.embeddings.patch_embeddings.bias",
+             "features.embeddings.image_position"}
+    assert extra <= set(new.local) and not extra & set(out.arrays)
+    template = exp.algorithm.parts.template.state_dict()
+    assert all(not torch.equal(new.local[k], template[k]) for k in extra)  # trained
+    with pytest.raises(ConfigError, match="also_train pattern 'patch_embed' matches no parameter"):
+        build_experiment(load_config(None, [*BASE, "method=peft", "method_args.also_train=[patch_embed]"]))

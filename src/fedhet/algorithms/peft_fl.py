@@ -44,7 +44,7 @@ from fedhet.errors import ConfigError
 from fedhet.losses.distillation import warmup_linear_decay
 from fedhet.models import SplitModel
 from fedhet.models.peft.counting import PeftParameters, mark_trainable
-from fedhet.models.peft.insertion import insert_adapters
+from fedhet.models.peft.insertion import insert_adapters, name_matches
 from fedhet.models.peft.lora import apply_lora
 from fedhet.models.peft.prompt import add_prompts
 
@@ -57,7 +57,9 @@ class PeftParams:
     """kind (table above); local_only: the "-L" baselines; reduction: adapter d/r (16); adapter_init: see
     models.peft.adapters; lora_projections "qk" (paper) | "qv" (official code), lora_rank; prompt_visual /
     prompt_text tokens; warmup share and schedule_scope of the LR schedule; betas of Adam(W) ((0.9, 0.98) in the
-    official code); target: where adapters go (models.peft.insertion, "auto": after every FFN output)."""
+    official code); target: where adapters go (models.peft.insertion, "auto": after every FFN output);
+    also_train: name patterns of new backbone parts each client trains and keeps, never sends (minilm_vl's image
+    projection: ["patch_embeddings.*", "image_position"])."""
 
     kind: str = "adapter"
     local_only: bool = False
@@ -71,6 +73,7 @@ class PeftParams:
     schedule_scope: str = "round"
     betas: tuple[float, float] = (0.9, 0.999)
     target: str = "auto"
+    also_train: tuple[str, ...] = ()
 
     def validate(self) -> None:
         if self.kind not in PEFT_KINDS:
@@ -123,7 +126,13 @@ class PeftFedAvg(ModelAlgorithm):
     def prepare(self, model: SplitModel, params: PeftParams) -> SplitModel:
         """Add the kind's modules and mark exactly its trainable parameters."""
         model = with_modules(model, params, dual=self.counting_kind == "dat")
-        self.selection = mark_trainable(model, self.counting_kind or params.kind)
+        also = tuple(params.also_train)
+        self.selection = mark_trainable(model, self.counting_kind or params.kind, also_train=also)
+        names = [n for n, _ in model.named_parameters()]
+        for pattern in also:
+            if not any(name_matches(n, pattern) for n in names):
+                raise ConfigError(f"peft: also_train pattern {pattern!r} matches no parameter of "
+                                  f"{type(model.features).__name__}; e.g. {', '.join(names[:3])}")
         return model
 
     # ------------------------------------------------------------------ what moves where
