@@ -15,7 +15,7 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def _params(n: float | None) -> str:
+def format_params(n: float | None) -> str:
     if n is None:
         return "?"
     return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}"
@@ -45,6 +45,6 @@ def cost_section(runs: Sequence[RunRecord], by: str = "method") -> str:
         per_round = _mean([float(r.summary["round_time_s"]) for r in group
                            if isinstance(r.summary.get("round_time_s"), (int, float))])
         per_run = _mean([r.wall_time_s for r in group if r.wall_time_s is not None])
-        lines.append(f"| {dataset} | {method} | {_params(up)} | {_params(down)} | {_seconds(per_round)} | "
+        lines.append(f"| {dataset} | {method} | {format_params(up)} | {format_params(down)} | {_seconds(per_round)} | "
                      f"{_seconds(per_run)} | {len(group)} |")
     return "\n".join(lines) + "\n"
