@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # FedDAT (docs/results/feddat.md): the stand-in backbone, the structure of Tables 2-3 (FedDAT + 8 baselines x the
-# four easy-VQA benchmarks x 3 seeds), the Table 4 ablation (Domain and Function), the MiniLM-L6 run, then the
+# four easy-VQA benchmarks x 3 seeds), the Table 4 ablation and the official code's switches (Domain and
+# Function), the MiniLM-L6 run, then the
 # report folders in docs/results/feddat/ and the paper-layout tables. Sweeps skip finished runs and resume
 # interrupted ones (a finished run made with another config is an error), so the script can be stopped and
 # restarted; stages run in this order unless one is named. SEEDS=1 runs seed 1 only (a quick look).
-#   bash benchmarks/feddat_tables.sh [pretrain|tables|ablation|minilm|reports]
+#   bash benchmarks/feddat_tables.sh [pretrain|tables|ablation|switches|minilm|reports]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FEDHET=${FEDHET:-.venv/bin/fedhet}
@@ -23,6 +24,9 @@ fi
 if [[ $what == all || $what == ablation ]]; then
   for b in easy_vqa_domain easy_vqa_function; do $FEDHET sweep configs/feddat/ablation.yaml --datasets "$b" --seeds "$SEEDS" -q; done
 fi
+if [[ $what == all || $what == switches ]]; then
+  for b in easy_vqa_domain easy_vqa_function; do $FEDHET sweep configs/feddat/switches.yaml --datasets "$b" --seeds "$SEEDS" -q; done
+fi
 if [[ $what == all || $what == minilm ]]; then
   $FEDHET sweep configs/feddat/minilm.yaml --seeds 1 -q
 fi
@@ -33,5 +37,7 @@ if [[ $what == all || $what == reports ]]; then
   [[ -d runs/feddat_tables ]] && $PY benchmarks/feddat_tables.py runs/feddat_tables --out $OUT/tables.md
   [[ -d runs/feddat_ablation ]] && $PY benchmarks/feddat_tables.py runs/feddat_ablation runs/feddat_tables/easy_vqa_domain/feddat \
     runs/feddat_tables/easy_vqa_function/feddat --rows ablation --out $OUT/ablation.md
+  [[ -d runs/feddat_switches ]] && $PY benchmarks/feddat_tables.py runs/feddat_switches runs/feddat_tables/easy_vqa_domain/feddat \
+    runs/feddat_tables/easy_vqa_function/feddat --rows switches --out $OUT/switches.md
   [[ -d runs/feddat_minilm ]] && $PY benchmarks/feddat_tables.py runs/feddat_minilm --out $OUT/minilm.md
 fi
