@@ -10,6 +10,7 @@ x = [images, questions]: vl_transformer (ViLT-shaped, pretrained here), hf_vilt 
 from fedhet.models import (  # noqa: F401  (registration)
     digits_cnn,
     efficientnet,
+    focalnet,
     hf_vilt,
     minilm_vl,
     mlp,
@@ -19,9 +20,11 @@ from fedhet.models import (  # noqa: F401  (registration)
 )
 from fedhet.models.base import MODELS, SplitModel, build_model, list_models, model_args, register_model
 from fedhet.models.complexity import count_params, count_params_and_macs
+from fedhet.models.param_partition import ParamPartition, split_parameters
 
 __all__ = [
     "MODELS",
+    "ParamPartition",
     "SplitModel",
     "build_model",
     "count_params",
@@ -29,4 +32,5 @@ __all__ = [
     "list_models",
     "model_args",
     "register_model",
+    "split_parameters",
 ]
