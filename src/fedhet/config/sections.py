@@ -26,12 +26,21 @@ class DataConfig:
     dataset: str = "offline_digits"
     root: str | None = None  # data root; default: $FEDHET_DATA
     domains: list[str] | None = None  # subset of the dataset's domains (default: all)
-    partition: str = "domain"  # domain | dirichlet | pathological | quantity | iid
+    partition: str = "domain"  # domain | dirichlet | pathological | pathological_uniform | pachinko | quantity | iid
     clients_per_domain: int = 1  # `domain` partition: split each domain IID into this many clients
     num_clients: int = 4  # label-skew / iid / quantity partitions
     alpha: float = 0.5  # Dirichlet concentration for label skew
     classes_per_client: int = 2  # pathological partition
     quantity_alpha: float = 1.0  # Dirichlet concentration over client sizes (quantity skew)
+    # pathological_uniform (pFedHN / FedTP; AdaptFED's "pathological"): classes_per_client classes per client, class
+    # c's share for its holder i is a_ic / sum_j a_jc with a_ic ~ U(pathological_low, pathological_high)
+    pathological_low: float = 0.4
+    pathological_high: float = 0.6  # upper end of U(low, high) (pathological_uniform)
+    pachinko_alpha: float = 0.4  # pachinko: per-client coarse-group weights ~ Dir(pachinko_alpha)
+    pachinko_beta: float = 10.0  # pachinko: per-client fine weights within a coarse group ~ Dir(pachinko_beta)
+    # pachinko: class id -> coarse group id (one entry per class, in class-id order), or a built-in table name
+    # (cifar100); null: the dataset's own table, if it has one
+    coarse_labels: list[int] | str | None = None
     fraction: float = 1.0  # fraction of each client's training data kept (FRAug: 0.1, Digits 0.01)
     min_train_per_client: int = 0  # lower bound on kept training samples after `fraction`
     max_train_per_client: int | None = None  # cap on kept training samples per client (stratified)
@@ -60,6 +69,14 @@ class DataConfig:
         _check(0.0 < self.fraction <= 1.0, f"data.fraction must be in (0, 1], got {self.fraction}")
         _check(self.alpha > 0, f"data.alpha must be > 0, got {self.alpha}")
         _check(self.quantity_alpha > 0, f"data.quantity_alpha must be > 0, got {self.quantity_alpha}")
+        _check(0 < self.pathological_low <= self.pathological_high,
+               "need 0 < data.pathological_low <= data.pathological_high, got "
+               f"{self.pathological_low}, {self.pathological_high}")
+        _check(self.pachinko_alpha > 0, f"data.pachinko_alpha must be > 0, got {self.pachinko_alpha}")
+        _check(self.pachinko_beta > 0, f"data.pachinko_beta must be > 0, got {self.pachinko_beta}")
+        _check(not isinstance(self.coarse_labels, list) or (len(self.coarse_labels) > 0 and
+                                                           min(self.coarse_labels) >= 0),
+               "data.coarse_labels must list one coarse-group id >= 0 per class")
         _check(self.clients_per_domain >= 1, "data.clients_per_domain must be >= 1")
         _check(self.max_train_per_client is None or self.max_train_per_client >= 1,
                "data.max_train_per_client must be >= 1")

@@ -7,7 +7,8 @@ Order of operations for each (cfg, seed), all random choices from numpy generato
    `test_fraction` hold-out of the domain (seed stage 1); a benchmark protocol (`fedhet.data.protocols`:
    Digits with `fedbn_percent`, Fed-Heart-Disease as FLamby) sets a fixed split for every seed instead;
 2. clients from the training pools: `domain` (one client per domain, or `clients_per_domain` IID clients per
-   domain), or `dirichlet` / `pathological` / `quantity` / `iid` over the pooled domains (stage 2);
+   domain), or `dirichlet` / `pathological` / `pathological_uniform` / `pachinko` / `quantity` / `iid` over the
+   pooled domains (stage 2; `fedhet.data.label_skew` for the pFedHN / Pachinko splits);
 3. test splits: a domain's test pool is split IID among that domain's clients; for the other partitions the
    pooled test set is dealt so each client's test split follows its own training label distribution (stage 3);
 4. per client: a stratified `val_fraction` hold-out of its training data (stage 4), then `fraction`
@@ -25,6 +26,7 @@ import torch
 from torch.utils.data import ConcatDataset, Dataset
 
 from fedhet.config import DataConfig
+from fedhet.data import label_skew as L
 from fedhet.data import partition as P
 from fedhet.data.datasets import IndexedDataset, Part
 from fedhet.data.protocols import apply_protocols, check_protocols
@@ -32,7 +34,7 @@ from fedhet.data.registry import DatasetSpec, DomainData, LoadContext, load_doma
 from fedhet.data.transforms import feature_transforms, image_transforms
 from fedhet.errors import ConfigError, unknown_choice
 
-PARTITIONS = ("domain", "dirichlet", "pathological", "quantity", "iid")
+PARTITIONS = ("domain", "dirichlet", "pathological", "pathological_uniform", "pachinko", "quantity", "iid")
 
 
 @dataclass
@@ -153,6 +155,12 @@ def _partition(cfg: DataConfig, domains: list[str], trains: list[_Pool], tests: 
         parts = P.dirichlet_partition(train.lab, cfg.num_clients, cfg.alpha, rng)
     elif cfg.partition == "pathological":
         parts = P.pathological_partition(train.lab, cfg.num_clients, cfg.classes_per_client, rng)
+    elif cfg.partition == "pathological_uniform":
+        parts = L.pathological_uniform_partition(train.lab, cfg.num_clients, cfg.classes_per_client, rng,
+                                                 cfg.pathological_low, cfg.pathological_high)
+    elif cfg.partition == "pachinko":
+        coarse = L.resolve_coarse_labels(cfg.coarse_labels, cfg.dataset)
+        parts = L.pachinko_partition(train.lab, cfg.num_clients, coarse, rng, cfg.pachinko_alpha, cfg.pachinko_beta)
     elif cfg.partition == "quantity":
         parts = P.quantity_partition(n, cfg.num_clients, cfg.quantity_alpha, rng, min_size=10)
     elif cfg.partition == "iid":
