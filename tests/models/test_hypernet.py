@@ -14,7 +14,6 @@ from fedhet.models.hypernet import HyperNetwork, HyperNetworkError, hypernet_par
 from fedhet.models.hypernet_update import ClientUpdate, HyperNetworkUpdater, HyperUpdateConfig
 
 TARGETS = {"blocks.0.mod.f.weight": (3, 4), "blocks.0.mod.f.bias": (3,), "blocks.1.mod.h.weight": (4, 2, 1, 1)}
-PLAIN = {"momentum": 0.0, "weight_decay": 0.0, "lr": 0.1}
 VARIANTS = {"full": {}, "low_rank": {"rank": 2}, "task_aware": {"descriptor_dim": 3, "task_dim": 2}}
 
 
@@ -24,6 +23,11 @@ def make(seed: int = 0, **kwargs: object) -> HyperNetwork:
     if hnet.descriptor_dim is not None:
         hnet.set_descriptors(torch.rand(4, hnet.descriptor_dim, dtype=torch.float64))
     return hnet
+
+
+def plain(**switches: str | bool | float) -> HyperUpdateConfig:
+    """Plain SGD (no momentum, no weight decay), lr 0.1, so one step is exactly -lr * gradient."""
+    return HyperUpdateConfig(lr=0.1, momentum=0.0, weight_decay=0.0, **switches)  # type: ignore[arg-type]
 
 
 def change(seed: int) -> dict[str, Tensor]:
@@ -63,7 +67,7 @@ def test_vjp_step_equals_finite_difference_sgd_step(variant: str) -> None:
 
     expected = [p - 0.1 * g for p, g in zip(snapshot(hnet), finite_difference(inner, [
         *hnet.phi_parameters(), hnet.embeddings.weight]), strict=True)]
-    HyperNetworkUpdater(hnet, HyperUpdateConfig(**PLAIN)).step([ClientUpdate(i, 7, delta)])  # type: ignore[arg-type]
+    HyperNetworkUpdater(hnet, plain()).step([ClientUpdate(i, 7, delta)])
     for got, want in zip(snapshot(hnet), expected, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8)
 
@@ -86,8 +90,7 @@ def test_paper_sign_is_the_exact_opposite_step() -> None:
     for sign in ("pfedhn", "paper"):
         hnet = make()
         before = snapshot(hnet)
-        HyperNetworkUpdater(hnet, HyperUpdateConfig(sign=sign, **PLAIN)).step(  # type: ignore[arg-type]
-            [ClientUpdate(1, 3, change(2))])
+        HyperNetworkUpdater(hnet, plain(sign=sign)).step([ClientUpdate(1, 3, change(2))])
         moves[sign] = [a - b for a, b in zip(snapshot(hnet), before, strict=True)]
     assert any(float(m.abs().max()) > 1e-4 for m in moves["pfedhn"])
     for a, b in zip(moves["pfedhn"], moves["paper"], strict=True):
@@ -125,8 +128,7 @@ def test_dense_embedding_update_decays_absent_rows_like_fedtp() -> None:
 def test_weighting_scales_each_clients_step(weighting: str, weight_embedding: bool, w: tuple[float, float]) -> None:
     hnet = make()
     updates = [ClientUpdate(0, 3, change(8)), ClientUpdate(3, 1, change(9))]
-    updater = HyperNetworkUpdater(hnet, HyperUpdateConfig(weighting=weighting, weight_embedding=weight_embedding,
-                                                          **PLAIN))  # type: ignore[arg-type]
+    updater = HyperNetworkUpdater(hnet, plain(weighting=weighting, weight_embedding=weight_embedding))
     (ga, za), (gb, zb) = (updater.client_gradients(u) for u in updates)
     before = snapshot(hnet)
     updater.step(updates)
@@ -142,11 +144,52 @@ def test_sequential_takes_one_unit_step_per_client_under_uniform_weights() -> No
     for aggregation in ("sum", "sequential"):
         hnet = make()
         before = snapshot(hnet)
-        HyperNetworkUpdater(hnet, HyperUpdateConfig(aggregation=aggregation, weighting="uniform", **PLAIN)).step(
-            [ClientUpdate(0, 3, change(8)), ClientUpdate(3, 1, change(9))])  # type: ignore[arg-type]
+        HyperNetworkUpdater(hnet, plain(aggregation=aggregation, weighting="uniform")).step(
+            [ClientUpdate(0, 3, change(8)), ClientUpdate(3, 1, change(9))])
         moves[aggregation] = [a - b for a, b in zip(snapshot(hnet)[:-1], before[:-1], strict=True)]
     for seq, one in zip(moves["sequential"], moves["sum"], strict=True):
         torch.testing.assert_close(seq, 2 * one)
+
+
+@pytest.mark.parametrize("variant,left", [("full", 0.05), ("low_rank", 0.5)])  # rank 2 cannot fit 4 random P*_i
+def test_rounds_fit_each_clients_local_result(variant: str, left: float) -> None:
+    """Local training that always heads for the client's own P*_i: default-config rounds pull h(phi; z_i) there."""
+    hnet = make(**VARIANTS[variant])
+    updater, targets = HyperNetworkUpdater(hnet), [change(20 + i) for i in range(4)]
+
+    def gap() -> float:
+        return sum(float(((hnet(i)[n].detach() - targets[i][n]) ** 2).sum()) for i in range(4) for n in TARGETS)
+
+    start = gap()
+    for r in range(200):
+        sent = [{n: t.detach() for n, t in hnet(i).items()} for i in (r % 4, (r + 1) % 4)]
+        updater.step([ClientUpdate.from_params(i, 1 + i, p, {n: p[n] + 0.5 * (targets[i][n] - p[n]) for n in p})
+                      for i, p in zip((r % 4, (r + 1) % 4), sent, strict=True)])
+    assert gap() < left * start
+
+
+def test_state_dict_resumes_the_momentum_exactly() -> None:
+    first, second = make(), make()
+    a, b = HyperNetworkUpdater(first), HyperNetworkUpdater(second)
+    a.step([ClientUpdate(1, 2, change(1))])
+    b.step([ClientUpdate(1, 2, change(1))])
+    resumed = make()
+    resumed.load_state_dict(second.state_dict())
+    c = HyperNetworkUpdater(resumed)
+    c.load_state_dict(b.state_dict())
+    a.step([ClientUpdate(1, 2, change(2))])
+    c.step([ClientUpdate(1, 2, change(2))])
+    for x, y in zip(snapshot(first), snapshot(resumed), strict=True):
+        assert torch.equal(x, y)
+
+
+def test_max_grad_norm_caps_the_step() -> None:
+    hnet = make()
+    before = snapshot(hnet)
+    HyperNetworkUpdater(hnet, plain(max_grad_norm=1e-3)).step([ClientUpdate(1, 2, change(1))])
+    moved = [float(((a - b) ** 2).sum()) for a, b in zip(snapshot(hnet), before, strict=True)]
+    assert math.sqrt(sum(moved[:-1])) == pytest.approx(0.1 * 1e-3, rel=1e-3)  # phi, clipped jointly
+    assert math.sqrt(moved[-1]) == pytest.approx(0.1 * 1e-3, rel=1e-3)  # z_1's row, clipped alone
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -185,7 +228,9 @@ def test_init_values_set_the_starting_point() -> None:
     low = make(rank=1, init_values=values)
     assert torch.equal(low.bases[0].detach(), values["blocks.0.mod.f.weight"])
     full = make(init_values=values)
-    assert torch.equal(full.heads[1].bias.detach(), torch.full((8,), 0.5, dtype=torch.float64))
+    head = full.heads[1]
+    assert isinstance(head, torch.nn.Linear)
+    assert torch.equal(head.bias.detach(), torch.full((8,), 0.5, dtype=torch.float64))
     with pytest.raises(ConfigError, match="not targets"):
         make(init_values={"nope": torch.zeros(1)})
 

@@ -17,7 +17,8 @@ For each client i of the round, `torch.autograd.grad(P_i, [phi, z_i], grad_outpu
   moves. "dense" puts the whole table in the optimizer as FedTP / pFedHN do, so absent rows still decay and
   coast on momentum.
 * Defaults lr 0.01, momentum 0.9, weight decay 1e-3 (FedTP's hypernetwork SGD; beta = 0.01, spec §2.10);
-  `max_grad_norm` (pFedHN clips at 50; FedTP and the paper do not) is off by default.
+  `max_grad_norm` (pFedHN clips at 50; FedTP and the paper do not) is off by default. It clips phi's gradient
+  by its joint norm and each z_i row by its own, so that no other client's Delta scales z_i's step.
 """
 
 from __future__ import annotations
@@ -153,12 +154,10 @@ class HyperNetworkUpdater:
             self._apply([scale * w * x for x in g], {u.client_id: z_rows[u.client_id]})
 
     def _apply(self, phi_grads: list[Tensor], z_rows: dict[int, Tensor]) -> None:
-        """Clip (if asked), then one SGD step on phi (and the table when "dense") and on the given z rows."""
+        """Clip (phi jointly, each z row alone), then one SGD step on phi (+ the table if "dense") and the z rows."""
         if self.config.max_grad_norm is not None:
-            norm = torch.sqrt(sum(((g.double() ** 2).sum() for g in [*phi_grads, *z_rows.values()]),
-                                  torch.zeros((), dtype=torch.float64)))
-            factor = min(1.0, self.config.max_grad_norm / (float(norm) + 1e-12))
-            phi_grads, z_rows = [g * factor for g in phi_grads], {i: z * factor for i, z in z_rows.items()}
+            phi_grads = _clipped(phi_grads, self.config.max_grad_norm)
+            z_rows = {i: _clipped([z], self.config.max_grad_norm)[0] for i, z in z_rows.items()}
         self.optimizer.zero_grad(set_to_none=True)
         for p, g in zip(self.hnet.phi_parameters(), phi_grads, strict=True):
             p.grad = g.detach()
@@ -210,3 +209,9 @@ class HyperNetworkUpdater:
         self.optimizer.load_state_dict(state["optimizer"])
         self.z_momentum.copy_(state["z_momentum"])
         self.z_started.copy_(state["z_started"])
+
+
+def _clipped(grads: list[Tensor], max_norm: float) -> list[Tensor]:
+    """`grads` scaled down to a joint L2 norm of at most `max_norm` (as torch.nn.utils.clip_grad_norm_)."""
+    norm = float(torch.sqrt(sum(((g.double() ** 2).sum() for g in grads), torch.zeros((), dtype=torch.float64))))
+    return [g * min(1.0, max_norm / (norm + 1e-6)) for g in grads]
