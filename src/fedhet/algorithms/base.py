@@ -75,8 +75,10 @@ class Algorithm(Generic[S, C, W]):
     work_type: type[W]
 
     def __init__(self, params: Any, model_fn: Callable[[], SplitModel], train: TrainConfig,
-                 server: ServerConfig, num_classes: int, device: torch.device) -> None:
+                 server: ServerConfig, num_classes: int, device: torch.device, num_clients: int = 0) -> None:
+        """`num_clients`: the federation's size when the engine knows it (0: unknown, e.g. a config check)."""
         self.params = params
+        self.num_clients = num_clients
         self.train_cfg = train
         self.server_cfg = server
         self.num_classes = num_classes

@@ -119,9 +119,10 @@ class PeftFedAvg(ModelAlgorithm):
     counting_kind = ""  # models.peft.counting kind; "" = params.kind
 
     def __init__(self, params: PeftParams, model_fn: Callable[[], SplitModel], train: TrainConfig,
-                 server: ServerConfig, num_classes: int, device: torch.device) -> None:
+                 server: ServerConfig, num_classes: int, device: torch.device, num_clients: int = 0) -> None:
         self.selection: PeftParameters | None = None
-        super().__init__(params, lambda: self.prepare(model_fn(), params), train, server, num_classes, device)
+        super().__init__(params, lambda: self.prepare(model_fn(), params), train, server, num_classes, device,
+                         num_clients)
 
     def prepare(self, model: SplitModel, params: PeftParams) -> SplitModel:
         """Add the kind's modules and mark exactly its trainable parameters."""

@@ -93,7 +93,8 @@ def make_model_fn(cfg: ExperimentConfig, data: FederatedData) -> Callable[[], Sp
 def build_algorithm(cfg: ExperimentConfig, data: FederatedData, device: torch.device,
                     model_fn: Callable[[], SplitModel]) -> Algorithm[Any, Any, Any]:
     """Instantiate the configured method with its validated `method_args`."""
-    return ALGORITHMS.get(cfg.method)(method_params(cfg), model_fn, cfg.train, cfg.server, data.num_classes, device)
+    return ALGORITHMS.get(cfg.method)(method_params(cfg), model_fn, cfg.train, cfg.server, data.num_classes, device,
+                                      num_clients=len(data.clients))
 
 
 def method_params(cfg: ExperimentConfig) -> Any:

@@ -1,0 +1,178 @@
+"""AdaptFED / TransFed (Ashraf & Gillani; TransFed, WACV 2024; spec adaptfed.md): a server hypernetwork
+h(phi; z_i) generates each client's focal-modulation projections P_i; everything else, xi, is FedAvg-ed.
+
+Algorithm 1 (spec §2.2), one round:
+- client i receives xi-bar and P_i = h(phi; z_i) (`broadcast`: every client its own P_i), trains (P_i, xi) for
+  the local epochs with the train config's optimizer (Eq. 7: SGD lr 0.01) and sends both back;
+- the server averages xi (Eq. 3, sample-weighted; `server.aggregation`) and steps phi and each z_i by the
+  vector-Jacobian product with Delta P_i (Eqs. 8-11; `fedhet.models.hypernet_update`: sign, weighting, one step
+  per round as FedTP);
+- a client deploys xi-bar with its generated P_i (no local fine-tuning; the paper evaluates "the personalized
+  models").
+
+P is chosen by `personalize` (`fedhet.models.param_partition`: "focal_modulation" = each block's f and h, the
+paper; Table 9's "mlp" / "norm" / "encoder"; any selector list; "all" = every parameter, pFedHN-T).
+`generator="local"` is Vanilla-T (§2.1): each client keeps its own P_i, no hypernetwork.
+
+Our choices where the paper is silent (docs/adaptfed.md): the hypernetwork starts near the model's initial P
+(`init_from_model`, its head biases at those values), so every client's first P_i is a small perturbation of
+one initialisation instead of an arbitrary scale; the hypernetwork's defaults are FedTP's (embedding 32, hidden
+100, one hidden layer, SGD lr 0.01 momentum 0.9 wd 1e-3); `rank` (low-rank conditioning) is our design (the
+paper gives no method text for it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.registry import register
+from fedhet.core.aggregation import average, client_weights
+from fedhet.core.contract import ClientState, RoundInfo, ServerState, Work
+from fedhet.core.messages import Message, Reply
+from fedhet.core.params import StateDict
+from fedhet.errors import ConfigError, unknown_choice
+from fedhet.models.hypernet import HyperNetwork
+from fedhet.models.hypernet_update import ClientUpdate, HyperNetworkUpdater, HyperUpdateConfig
+from fedhet.models.param_partition import ParamPartition, split_parameters
+
+GENERATORS = ("hypernet", "local")
+
+
+@dataclass
+class AdaptFEDParams:
+    """personalize: which parameters are P (param_partition selectors, or "all"); generator: "hypernet" (AdaptFED)
+    | "local" (Vanilla-T); the hypernetwork's size (embedding_dim, hidden_dim, n_hidden, rank) and update
+    (hn_lr, hn_momentum, hn_weight_decay, sign, weighting, weight_embedding, hn_aggregation, max_grad_norm);
+    init_from_model: generated P starts near the model's initial P."""
+
+    personalize: list[str] = field(default_factory=lambda: ["focal_modulation"])
+    generator: str = "hypernet"
+    embedding_dim: int = 32
+    hidden_dim: int = 100
+    n_hidden: int = 1
+    rank: int | None = None
+    init_from_model: bool = True
+    hn_lr: float = 0.01
+    hn_momentum: float = 0.9
+    hn_weight_decay: float = 1e-3
+    sign: str = "pfedhn"
+    weighting: str = "sample_fraction"
+    weight_embedding: bool = True
+    hn_aggregation: str = "sum"
+    max_grad_norm: float | None = None
+
+    def validate(self) -> None:
+        if self.generator not in GENERATORS:
+            raise unknown_choice("adaptfed generator", self.generator, GENERATORS)
+        self.update_config()  # its own checks
+
+    def update_config(self) -> HyperUpdateConfig:
+        return HyperUpdateConfig(lr=self.hn_lr, momentum=self.hn_momentum, weight_decay=self.hn_weight_decay,
+                                 sign=self.sign, weighting=self.weighting, weight_embedding=self.weight_embedding,
+                                 aggregation=self.hn_aggregation, max_grad_norm=self.max_grad_norm)
+
+
+@dataclass(kw_only=True)
+class HyperServerState(ServerState):
+    """xi-bar (`model`), the hypernetwork's weights phi and z (`hnet`) and its optimizer's state (`hopt`)."""
+
+    hnet: StateDict = field(default_factory=dict)
+    hopt: dict[str, Any] = field(default_factory=dict)
+
+
+def partition_of(model: nn.Module, personalize: list[str]) -> ParamPartition:
+    """P and xi of `model`: "all" = every parameter is P (pFedHN-T)."""
+    return split_parameters(model, ["*"] if personalize == ["all"] else personalize)
+
+
+@register
+class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
+    """Algorithm 1 of AdaptFED / TransFed (module docstring)."""
+
+    name = "adaptfed"
+    Params = AdaptFEDParams
+    personalized = True
+    server_state_type, client_state_type, work_type = HyperServerState, ClientState, Work
+
+    def shared_keys(self, model: nn.Module) -> set[str]:
+        """Everything travels both ways (xi-bar and the generated P_i down, the trained xi and P_i up); with
+        generator=local, P stays on the client."""
+        self.partition = partition_of(model, list(self.params.personalize))
+        keys = set(model.state_dict())
+        return keys - set(self.partition.p) if self.params.generator == "local" else keys
+
+    # ------------------------------------------------------------------ the hypernetwork
+    def new_hypernet(self) -> HyperNetwork:
+        if self.num_clients < 1:
+            raise ConfigError("adaptfed needs the number of clients to size the client embeddings; build the "
+                              "algorithm through the engine (fedhet run / build_experiment)")
+        p = self.params
+        init = {n: self.parts.init_state[n] for n in self.partition.p} if p.init_from_model else None
+        return HyperNetwork(self.partition.shapes(), self.num_clients, embedding_dim=p.embedding_dim,
+                            hidden_dim=p.hidden_dim, n_hidden=p.n_hidden, rank=p.rank,
+                            heads=dict(zip(self.partition.group_keys, self.partition.groups, strict=True)),
+                            init_values=init)
+
+    def hypernet(self, server: HyperServerState) -> HyperNetwork:
+        """The server's hypernetwork with the state's phi and z."""
+        hnet = self.new_hypernet()
+        hnet.load_state_dict(server.hnet)
+        return hnet
+
+    # ------------------------------------------------------------------ server side
+    def init_server(self) -> HyperServerState:
+        """xi-bar = the initial xi; phi and z drawn from the run's server seed."""
+        shared = {k: v.clone() for k, v in self.parts.init_state.items()
+                  if k in self.parts.shared and k not in self.partition.p}
+        if self.params.generator == "local":
+            return HyperServerState(model=shared)
+        hnet = self.new_hypernet()
+        hopt = HyperNetworkUpdater(hnet, self.params.update_config()).state_dict()
+        return HyperServerState(model=shared, hnet=_clone(hnet.state_dict()), hopt=hopt)
+
+    def broadcast(self, server: HyperServerState, info: RoundInfo, client_id: int) -> Message:
+        """xi-bar and client `client_id`'s P_i = h(phi; z_i)."""
+        if self.params.generator == "local":
+            return Message(arrays=server.model)
+        with torch.no_grad():
+            generated = self.hypernet(server)(client_id)
+        return Message(arrays={**server.model, **{k: v.detach().clone() for k, v in generated.items()}})
+
+    def aggregate(self, server: HyperServerState, replies: list[Reply], info: RoundInfo) -> HyperServerState:
+        """FedAvg of xi (Eq. 3), then the hypernetwork's VJP step with each client's Delta P_i (Eqs. 8-11)."""
+        weights = client_weights([r.num_examples for r in replies], self.server_cfg.aggregation)
+        averaged = average([{k: r.message.arrays[k] for k in server.model} for r in replies], weights)
+        model, opt = self.server_opt.step(server.model, averaged, server.opt)
+        if self.params.generator == "local":
+            return dataclasses.replace(server, model=model, opt=opt)
+        hnet = self.hypernet(server)
+        updater = HyperNetworkUpdater(hnet, self.params.update_config())
+        updater.load_state_dict(server.hopt)
+        with torch.no_grad():
+            sent = {r.client_id: hnet(r.client_id) for r in replies}
+        updater.step([ClientUpdate.from_params(r.client_id, r.num_examples, sent[r.client_id],
+                                               {k: r.message.arrays[k] for k in self.partition.p})
+                      for r in replies])
+        return dataclasses.replace(server, model=model, opt=opt, hnet=_clone(hnet.state_dict()),
+                                   hopt=_clone_tree(updater.state_dict()))
+
+
+def _clone(state: StateDict) -> StateDict:
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
+def _clone_tree(value: Any) -> Any:
+    """A deep copy of a state_dict-like tree (tensors cloned), so the server state shares no storage."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _clone_tree(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_clone_tree(v) for v in value)
+    return value

@@ -1,0 +1,68 @@
+"""AdaptFED's Algorithm 1 by hand: each client receives its own generated P_i and the shared xi-bar; the server
+averages xi only (P is never averaged) and moves h(phi; z_i) toward the P_i the client returned (pFedHN's sign);
+Vanilla-T keeps P on the client and out of every message."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("timm")
+
+from fedhet.config import load_config  # noqa: E402
+from fedhet.core.messages import Message, Reply  # noqa: E402
+from fedhet.engine.experiment import build_experiment  # noqa: E402
+
+BASE = ["data.dataset=offline_digits", "model.name=focalnet", "model.args={embed_dim: 8, depths: [2], patch_size: 4}",
+        "train.local_steps=2", "train.batch_size=16", "run.num_threads=1", "run.quiet=true", "method=adaptfed"]
+
+
+def setup(*extra: str):
+    exp = build_experiment(load_config(None, [*BASE, *extra]))
+    alg = exp.algorithm
+    return exp, alg, alg.init_server()
+
+
+def test_each_client_gets_its_own_P_and_the_same_xi() -> None:
+    exp, alg, server = setup()
+    p = alg.partition.p
+    assert p and all(".modulation.f." in n or ".modulation.h." in n for n in p)
+    a, b = (alg.broadcast(server, exp.round_info(1), cid) for cid in (0, 1))
+    assert set(a.arrays) == set(b.arrays) == set(server.model) | set(p) and not set(p) & set(server.model)
+    assert all(torch.equal(a.arrays[k], b.arrays[k]) for k in server.model)
+    assert any(not torch.equal(a.arrays[k], b.arrays[k]) for k in p)  # z_0 != z_1
+
+
+def fake_reply(msg: Message, cid: int, n: int, shift: float, p: tuple[str, ...]) -> Reply:
+    arrays = {k: v + shift if k in p or v.is_floating_point() else v for k, v in msg.arrays.items()}
+    return Reply(cid, Message(arrays=arrays), n)
+
+
+def test_server_averages_xi_only_and_moves_the_generator_toward_the_returned_P() -> None:
+    exp, alg, server = setup("method_args.hn_momentum=0", "method_args.hn_weight_decay=0", "method_args.hn_lr=0.01")
+    p, info = alg.partition.p, exp.round_info(1)
+    sent = {cid: alg.broadcast(server, info, cid) for cid in (0, 1)}
+    replies = [fake_reply(sent[0], 0, 30, 1.0, p), fake_reply(sent[1], 1, 10, -1.0, p)]
+    new = alg.aggregate(server, replies, info)
+    xi = next(k for k in server.model if server.model[k].is_floating_point())
+    assert torch.allclose(new.model[xi], server.model[xi] + 0.75 * 1.0 + 0.25 * -1.0)  # sample-weighted FedAvg
+    assert set(new.model) == set(server.model)  # no P in the server's model: P is never averaged
+    before, after = sent[0].arrays, alg.broadcast(new, info, 0).arrays  # client 0 weighs 3/4 of the step
+    start = sum(float(torch.ones_like(before[k]).norm()) for k in p)  # |P_returned - P_sent|
+    assert sum(float((before[k] + 1.0 - after[k]).norm()) for k in p) < start
+
+
+def test_the_paper_sign_moves_away() -> None:
+    exp, alg, server = setup("method_args.sign=paper", "method_args.hn_momentum=0", "method_args.hn_lr=0.01")
+    p, info = alg.partition.p, exp.round_info(1)
+    msg = alg.broadcast(server, info, 0)
+    new = alg.aggregate(server, [fake_reply(msg, 0, 10, 1.0, p)], info)
+    after = alg.broadcast(new, info, 0).arrays
+    start = sum(float(torch.ones_like(msg.arrays[k]).norm()) for k in p)
+    assert sum(float((msg.arrays[k] + 1.0 - after[k]).norm()) for k in p) > start
+
+
+def test_vanilla_t_keeps_P_local() -> None:
+    exp, alg, server = setup("method_args.generator=local")
+    msg = alg.broadcast(server, exp.round_info(1), 0)
+    assert not set(alg.partition.p) & set(msg.arrays) and set(alg.partition.p) <= alg.parts.local_keys()
