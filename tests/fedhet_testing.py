@@ -18,13 +18,17 @@ TINY_VL = ["data.dataset=easy_vqa_task", "model.name=vl_transformer", "model.arg
            "train.optimizer=adamw", "train.lr=0.001"]
 
 
+TINY_FOCAL = ["model.name=focalnet", "model.args={embed_dim: 8, depths: [2], patch_size: 4}"]
+
+
 def for_method(method: str, overrides: list[str]) -> list[str]:
     """`overrides` plus method=<method>, and the tiny VL setting when the method needs a transformer over VQA data
-    (`Algorithm.modality`): so tests over every registered method run each on data it can train on."""
+    or the tiny FocalNet when it needs focal modulation (`Algorithm.modality`): so tests over every registered
+    method run each on a model and data it can train on."""
     from fedhet.algorithms import ALGORITHMS
 
-    vl = ALGORITHMS.get(method).modality == "vision-language"
-    return [*overrides, *(TINY_VL if vl else []), f"method={method}"]
+    extra = {"vision-language": TINY_VL, "focal-modulation": TINY_FOCAL}.get(ALGORITHMS.get(method).modality, [])
+    return [*overrides, *extra, f"method={method}"]
 
 
 def tiny_model(in_dim: int = 4, feat_dim: int = 3, num_classes: int = 2, bn: bool = False):

@@ -98,12 +98,18 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
     name = "adaptfed"
     Params = AdaptFEDParams
     personalized = True
+    modality = "focal-modulation"  # its default P needs a FocalNet backbone (model.name=focalnet)
     server_state_type, client_state_type, work_type = HyperServerState, ClientState, Work
 
     def shared_keys(self, model: nn.Module) -> set[str]:
         """Everything travels both ways (xi-bar and the generated P_i down, the trained xi and P_i up); with
         generator=local, P stays on the client."""
-        self.partition = partition_of(model, list(self.params.personalize))
+        try:  # the partition is needed here already: the base class splits the model by these keys
+            self.partition = partition_of(model, list(self.params.personalize))
+        except ConfigError as err:
+            raise ConfigError(f"adaptfed: {err}. P defaults to FocalNet's focal-modulation projections: use "
+                              "model.name=focalnet, or name the parameters to personalize in "
+                              "method_args.personalize") from err
         keys = set(model.state_dict())
         return keys - set(self.partition.p) if self.params.generator == "local" else keys
 

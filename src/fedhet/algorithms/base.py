@@ -69,7 +69,9 @@ class Algorithm(Generic[S, C, W]):
     Params: ClassVar[type] = NoParams
     personalized: ClassVar[bool] = False  # clients deploy their own model (evaluated per client)
     centralized: ClassVar[bool] = False  # trains on the union of the clients' data: engine/experiment.arrange
-    modality: ClassVar[str] = "any"  # "vision-language": needs a transformer backbone over (image, question) data
+    # what the method needs of model and data: "any"; "vision-language" (a transformer over (image, question)
+    # data); "focal-modulation" (a FocalNet backbone)
+    modality: ClassVar[str] = "any"
     server_state_type: type[S]
     client_state_type: type[C]
     work_type: type[W]
