@@ -119,14 +119,14 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
             raise ConfigError("adaptfed needs the number of clients to size the client embeddings; build the "
                               "algorithm through the engine (fedhet run / build_experiment)")
         p = self.params
-        init = {n: self.parts.init_state[n] for n in self.partition.p} if p.init_from_model else None
+        init = {n: self.parts.init_state[n].detach().cpu() for n in self.partition.p} if p.init_from_model else None
         return HyperNetwork(self.partition.shapes(), self.num_clients, embedding_dim=p.embedding_dim,
                             hidden_dim=p.hidden_dim, n_hidden=p.n_hidden, rank=p.rank,
                             heads=dict(zip(self.partition.group_keys, self.partition.groups, strict=True)),
                             init_values=init)
 
     def hypernet(self, server: HyperServerState) -> HyperNetwork:
-        """The server's hypernetwork with the state's phi and z."""
+        """The server's hypernetwork with the state's phi and z (on the CPU, whatever the clients' device)."""
         hnet = self.new_hypernet()
         hnet.load_state_dict(server.hnet)
         return hnet
@@ -163,7 +163,7 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
         with torch.no_grad():
             sent = {r.client_id: hnet(r.client_id) for r in replies}
         updater.step([ClientUpdate.from_params(r.client_id, r.num_examples, sent[r.client_id],
-                                               {k: r.message.arrays[k] for k in self.partition.p})
+                                               {k: r.message.arrays[k].detach().cpu() for k in self.partition.p})
                       for r in replies])
         return dataclasses.replace(server, model=model, opt=opt, hnet=_clone(hnet.state_dict()),
                                    hopt=_clone_tree(updater.state_dict()))
