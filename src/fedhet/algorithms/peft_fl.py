@@ -44,7 +44,7 @@ from fedhet.errors import ConfigError
 from fedhet.losses.distillation import warmup_linear_decay
 from fedhet.models import SplitModel
 from fedhet.models.peft.counting import PeftParameters, mark_trainable
-from fedhet.models.peft.insertion import insert_adapters, name_matches
+from fedhet.models.peft.insertion import insert_adapters
 from fedhet.models.peft.lora import apply_lora
 from fedhet.models.peft.prompt import add_prompts
 
@@ -127,13 +127,7 @@ class PeftFedAvg(ModelAlgorithm):
     def prepare(self, model: SplitModel, params: PeftParams) -> SplitModel:
         """Add the kind's modules and mark exactly its trainable parameters."""
         model = with_modules(model, params, dual=self.counting_kind == "dat")
-        also = tuple(params.also_train)
-        self.selection = mark_trainable(model, self.counting_kind or params.kind, also_train=also)
-        names = [n for n, _ in model.named_parameters()]
-        for pattern in also:
-            if not any(name_matches(n, pattern) for n in names):
-                raise ConfigError(f"peft: also_train pattern {pattern!r} matches no parameter of "
-                                  f"{type(model.features).__name__}; e.g. {', '.join(names[:3])}")
+        self.selection = mark_trainable(model, self.counting_kind or params.kind, also_train=params.also_train)
         return model
 
     # ------------------------------------------------------------------ what moves where

@@ -79,7 +79,7 @@ def peft_parameters(model: nn.Module, kind: str, *, head_trainable: bool = True,
 
     `also_train`: name patterns (as adapter targets: `*` one name part) of extra locally trained, never
     communicated parameters, e.g. minilm_vl's new image projection "patch_embeddings.*". A ConfigError for an
-    unknown kind or a model missing the kind's modules.
+    unknown kind, a model missing the kind's modules or an `also_train` pattern that matches no parameter.
     """
     if kind not in KINDS:
         raise ConfigError(f"unknown PEFT kind {kind!r}; valid: {', '.join(KINDS)}")
@@ -93,6 +93,10 @@ def peft_parameters(model: nn.Module, kind: str, *, head_trainable: bool = True,
         train = train | {"head"}
     if head_communicated:
         train, comm = train | {"head"}, comm | {"head"}
+    for pattern in also_train:
+        if not any(name_matches(n, pattern) for n in groups):
+            raise ConfigError(f"also_train pattern {pattern!r} matches no parameter of {type(model).__name__}; "
+                              f"its parameters look like {', '.join(list(groups)[:3])}, ...")
     trained = [n for n, _ in named if groups[n] in train or any(name_matches(n, p) for p in also_train)]
     trained = [n for n in trained if groups[n] != "adapter:frozen_shared"]
     sent = [n for n, _ in named if groups[n] in comm]
