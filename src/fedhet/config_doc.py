@@ -101,14 +101,16 @@ def field_comments(cls: type) -> dict[str, str]:
     return out
 
 
-def rows(cls: type, prefix: str) -> list[tuple[str, str, str]]:
-    """(dotted key, default, meaning) of each field of dataclass `cls`."""
+def rows(cls: type, prefix: str, nested: bool = False) -> list[tuple[str, str, str]]:
+    """(dotted key, default, meaning) of each field of dataclass `cls`; a field that is itself a dataclass is
+    skipped (a section of its own) or, with `nested`, listed field by field under its dotted key."""
     comments = field_comments(cls)
     out = []
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         key = f"{prefix}{f.name}"
         default = default_of(f)
         if dataclasses.is_dataclass(default):
+            out += rows(type(default), f"{key}.", nested) if nested else []
             continue
         out.append((key, render_value(default), MEANINGS.get(key) or comments.get(f.name, "")))
     return out
@@ -145,7 +147,7 @@ def method_sections() -> list[str]:
             continue
         doc = " ".join((inspect.getdoc(params) or "").split())
         out += [f"### `{name}`", "", doc, ""] if doc else [f"### `{name}`", ""]
-        out += table(rows(params, "method_args."), meanings=False)
+        out += table(rows(params, "method_args.", nested=True), meanings=False)
     return out
 
 

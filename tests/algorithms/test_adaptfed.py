@@ -39,7 +39,8 @@ def fake_reply(msg: Message, cid: int, n: int, shift: float, p: tuple[str, ...])
 
 
 def test_server_averages_xi_only_and_moves_the_generator_toward_the_returned_P() -> None:
-    exp, alg, server = setup("method_args.hn_momentum=0", "method_args.hn_weight_decay=0", "method_args.hn_lr=0.01")
+    exp, alg, server = setup("method_args.update.momentum=0", "method_args.update.weight_decay=0",
+                              "method_args.update.lr=0.01")
     p, info = alg.partition.p, exp.round_info(1)
     sent = {cid: alg.broadcast(server, info, cid) for cid in (0, 1)}
     replies = [fake_reply(sent[0], 0, 30, 1.0, p), fake_reply(sent[1], 1, 10, -1.0, p)]
@@ -53,7 +54,8 @@ def test_server_averages_xi_only_and_moves_the_generator_toward_the_returned_P()
 
 
 def test_the_paper_sign_moves_away() -> None:
-    exp, alg, server = setup("method_args.sign=paper", "method_args.hn_momentum=0", "method_args.hn_lr=0.01")
+    exp, alg, server = setup("method_args.update.sign=paper", "method_args.update.momentum=0",
+                              "method_args.update.lr=0.01")
     p, info = alg.partition.p, exp.round_info(1)
     msg = alg.broadcast(server, info, 0)
     new = alg.aggregate(server, [fake_reply(msg, 0, 10, 1.0, p)], info)

@@ -47,9 +47,10 @@ GENERATORS = ("hypernet", "local")
 @dataclass
 class AdaptFEDParams:
     """personalize: which parameters are P (param_partition selectors, or "all"); generator: "hypernet" (AdaptFED)
-    | "local" (Vanilla-T); the hypernetwork's size (embedding_dim, hidden_dim, n_hidden, rank) and update
-    (hn_lr, hn_momentum, hn_weight_decay, sign, weighting, weight_embedding, hn_aggregation, max_grad_norm);
-    init_from_model: generated P starts near the model's initial P."""
+    | "local" (Vanilla-T); the hypernetwork's size (embedding_dim, hidden_dim, n_hidden, rank); update: its VJP
+    step (`HyperUpdateConfig`: lr, momentum, weight_decay, sign, weighting, weight_embedding, aggregation,
+    embedding_update, max_grad_norm; e.g. method_args.update.sign=paper); init_from_model: generated P starts
+    near the model's initial P."""
 
     personalize: list[str] = field(default_factory=lambda: ["focal_modulation"])
     generator: str = "hypernet"
@@ -58,24 +59,11 @@ class AdaptFEDParams:
     n_hidden: int = 1
     rank: int | None = None
     init_from_model: bool = True
-    hn_lr: float = 0.01
-    hn_momentum: float = 0.9
-    hn_weight_decay: float = 1e-3
-    sign: str = "pfedhn"
-    weighting: str = "sample_fraction"
-    weight_embedding: bool = True
-    hn_aggregation: str = "sum"
-    max_grad_norm: float | None = None
+    update: HyperUpdateConfig = field(default_factory=HyperUpdateConfig)
 
     def validate(self) -> None:
         if self.generator not in GENERATORS:
             raise unknown_choice("adaptfed generator", self.generator, GENERATORS)
-        self.update_config()  # its own checks
-
-    def update_config(self) -> HyperUpdateConfig:
-        return HyperUpdateConfig(lr=self.hn_lr, momentum=self.hn_momentum, weight_decay=self.hn_weight_decay,
-                                 sign=self.sign, weighting=self.weighting, weight_embedding=self.weight_embedding,
-                                 aggregation=self.hn_aggregation, max_grad_norm=self.max_grad_norm)
 
 
 @dataclass(kw_only=True)
@@ -139,7 +127,7 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
         if self.params.generator == "local":
             return HyperServerState(model=shared)
         hnet = self.new_hypernet()
-        hopt = HyperNetworkUpdater(hnet, self.params.update_config()).state_dict()
+        hopt = HyperNetworkUpdater(hnet, self.params.update).state_dict()
         return HyperServerState(model=shared, hnet=_clone(hnet.state_dict()), hopt=hopt)
 
     def broadcast(self, server: HyperServerState, info: RoundInfo, client_id: int) -> Message:
@@ -158,7 +146,7 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
         if self.params.generator == "local":
             return dataclasses.replace(server, model=model, opt=opt)
         hnet = self.hypernet(server)
-        updater = HyperNetworkUpdater(hnet, self.params.update_config())
+        updater = HyperNetworkUpdater(hnet, self.params.update)
         updater.load_state_dict(server.hopt)
         with torch.no_grad():
             sent = {r.client_id: hnet(r.client_id) for r in replies}
