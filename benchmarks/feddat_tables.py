@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 
 from fedhet.atomic import atomic_write_text
-from fedhet.report.cost import TRAFFIC, format_params
+from fedhet.report.cost import format_params, traffic_mean
 from fedhet.report.runs import RunRecord, load_runs
 from fedhet.report.table import AVG, DatasetTable, format_cell, make_table
 
@@ -30,9 +30,7 @@ NAMES = {"clf_l": "clf-L", "adapter_l": "Adapter-L", "full_l": "full-L*", "lora"
 
 
 def up_params(runs: list[RunRecord], dataset: str, label: str) -> str:
-    values = [float(r.summary[TRAFFIC]["up_params"]) for r in runs
-              if r.dataset == dataset and r.label == label and isinstance(r.summary.get(TRAFFIC), dict)]
-    return format_params(sum(values) / len(values)) if values else "?"
+    return format_params(traffic_mean([r for r in runs if r.dataset == dataset and r.label == label], "up_params"))
 
 
 def render(t: DatasetTable, runs: list[RunRecord], order: list[str]) -> str:

@@ -15,6 +15,12 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def traffic_mean(runs: Sequence[RunRecord], key: str) -> float | None:
+    """Mean of `key` ("up_params", "down_bytes", ...) of the runs' recorded traffic; None when none recorded it."""
+    return _mean([float(r.summary[TRAFFIC][key]) for r in runs
+                  if isinstance(r.summary.get(TRAFFIC), dict) and key in r.summary[TRAFFIC]])
+
+
 def format_params(n: float | None) -> str:
     if n is None:
         return "?"
@@ -39,9 +45,7 @@ def cost_section(runs: Sequence[RunRecord], by: str = "method") -> str:
              "| dataset | method | params up / round | params down / round | s / round | s / run | runs |",
              "|---|---|---|---|---|---|---|"]
     for (dataset, method), group in sorted(groups.items()):
-        traffic = [r.summary[TRAFFIC] for r in group if isinstance(r.summary.get(TRAFFIC), dict)]
-        up = _mean([float(t["up_params"]) for t in traffic if "up_params" in t])
-        down = _mean([float(t["down_params"]) for t in traffic if "down_params" in t])
+        up, down = traffic_mean(group, "up_params"), traffic_mean(group, "down_params")
         per_round = _mean([float(r.summary["round_time_s"]) for r in group
                            if isinstance(r.summary.get("round_time_s"), (int, float))])
         per_run = _mean([r.wall_time_s for r in group if r.wall_time_s is not None])
