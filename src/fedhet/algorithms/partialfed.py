@@ -47,8 +47,9 @@ from fedhet.algorithms.base import Algorithm
 from fedhet.algorithms.registry import register
 from fedhet.core.contract import ClientContext, ClientState, Deployment, FitStats, ServerState, Work
 from fedhet.core.messages import Message
-from fedhet.core.params import BN_TYPES, NORM_TYPES, StateDict, load_partial, state_of
+from fedhet.core.params import BN_TYPES, StateDict, load_partial, state_of
 from fedhet.errors import ConfigError
+from fedhet.models.base import NORM_TYPES
 
 LAYER_TYPES: dict[str, tuple[type[nn.Module], ...]] = {
     "bn": BN_TYPES, "norm": NORM_TYPES, "conv": (nn.Conv1d, nn.Conv2d, nn.Conv3d), "linear": (nn.Linear,)}

@@ -8,12 +8,6 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-NORM_TYPES: tuple[type[nn.Module], ...] = (
-    nn.modules.batchnorm._BatchNorm,
-    nn.GroupNorm,
-    nn.LayerNorm,
-    nn.modules.instancenorm._InstanceNorm,
-)
 BN_TYPES: tuple[type[nn.Module], ...] = (nn.modules.batchnorm._BatchNorm,)
 
 StateDict = dict[str, torch.Tensor]

@@ -17,6 +17,12 @@ from fedhet.errors import ConfigError, nearest
 from fedhet.registry import Registry
 
 NORMS = ("bn", "none")
+NORM_TYPES: tuple[type[nn.Module], ...] = (  # the normalisation layers (FedBN's local part, the "norm" presets)
+    nn.modules.batchnorm._BatchNorm,
+    nn.GroupNorm,
+    nn.LayerNorm,
+    nn.modules.instancenorm._InstanceNorm,
+)
 
 ModelFactory = Callable[..., "SplitModel"]
 MODELS: Registry[ModelFactory] = Registry("model")

@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from fedhet.errors import ConfigError, nearest
+from fedhet.models.base import NORM_TYPES
 
 BLOCK_PATTERN = r"^(.*?\b(?:blocks\.\d+|stem|downsample))\."
-NORMS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._NormBase)
 
 Selector = Callable[[nn.Module], Iterator[str]]
 
@@ -61,7 +61,7 @@ PRESETS: dict[str, tuple[str, Selector]] = {
     "mlp": ("every block MLP (timm Mlp, or a module named 'mlp'; Table 9 'MLP Layers')",
             _modules_params(lambda n, m: "Mlp" in _class_names(m) or n.rsplit(".", 1)[-1] == "mlp")),
     "norm": ("every normalization layer: LayerNorm (incl. LayerNorm2d), GroupNorm, BatchNorm (Table 9)",
-             _modules_params(lambda n, m: isinstance(m, NORMS))),
+             _modules_params(lambda n, m: isinstance(m, NORM_TYPES))),
     "encoder": ("the patch embeddings: FocalNet's stem and stage downsampling, or a PatchEmbed (Table 9 "
                 "'Encoder', our reading)", _modules_params(lambda n, m: type(m).__name__ in ("Downsample",
                                                                                            "PatchEmbed"))),
