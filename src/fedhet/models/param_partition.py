@@ -58,6 +58,8 @@ PRESETS: dict[str, tuple[str, Selector]] = {
                          _children_params("FocalModulation", ("f", "h"))),
     "focal_modulation_proj": ("each FocalModulation's f, h and proj (spec §2.5's optional proj)",
                               _children_params("FocalModulation", ("f", "h", "proj"))),
+    "attention_qkv": ("each self-attention block's qkv projection (FedTP / the TransFed code's to_qkv; model vit)",
+                      _children_params("Attention", ("qkv",))),
     "mlp": ("every block MLP (timm Mlp, or a module named 'mlp'; Table 9 'MLP Layers')",
             _modules_params(lambda n, m: "Mlp" in _class_names(m) or n.rsplit(".", 1)[-1] == "mlp")),
     "norm": ("every normalization layer: LayerNorm (incl. LayerNorm2d), GroupNorm, BatchNorm (Table 9)",
