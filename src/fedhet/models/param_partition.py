@@ -27,11 +27,13 @@ BLOCK_PATTERN = r"^(.*?\b(?:blocks\.\d+|stem|downsample))\."
 Selector = Callable[[nn.Module], Iterator[str]]
 
 
-def _children_params(owner_class: str, children: Sequence[str]) -> Selector:
-    """The parameters of the named children of every module whose class is `owner_class`."""
+def _children_params(owner_class: str | tuple[str, ...], children: Sequence[str]) -> Selector:
+    """The parameters of the named children of every module whose class is `owner_class` (or one of them)."""
+    owners = (owner_class,) if isinstance(owner_class, str) else owner_class
+
     def select(model: nn.Module) -> Iterator[str]:
         for name, module in model.named_modules():
-            if type(module).__name__ == owner_class:
+            if type(module).__name__ in owners:
                 for child in children:
                     sub = getattr(module, child, None)
                     if isinstance(sub, nn.Module):
@@ -53,11 +55,12 @@ def _class_names(module: nn.Module) -> set[str]:
     return {cls.__name__ for cls in type(module).__mro__}
 
 
+FOCAL_MODULATIONS = ("FocalModulation", "CausalFocalModulation")  # timm FocalNet's, focal_sequence's (1-D)
 PRESETS: dict[str, tuple[str, Selector]] = {
     "focal_modulation": ("each FocalModulation's f and h (spec §2.5; the default)",
-                         _children_params("FocalModulation", ("f", "h"))),
+                         _children_params(FOCAL_MODULATIONS, ("f", "h"))),
     "focal_modulation_proj": ("each FocalModulation's f, h and proj (spec §2.5's optional proj)",
-                              _children_params("FocalModulation", ("f", "h", "proj"))),
+                              _children_params(FOCAL_MODULATIONS, ("f", "h", "proj"))),
     "attention_qkv": ("each self-attention block's qkv projection (FedTP / the TransFed code's to_qkv; model vit)",
                       _children_params("Attention", ("qkv",))),
     "mlp": ("every block MLP (timm Mlp, or a module named 'mlp'; Table 9 'MLP Layers')",
