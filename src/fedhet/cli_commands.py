@@ -29,7 +29,27 @@ def cmd_run(args: argparse.Namespace) -> int:
                             progress=not args.quiet, overwrite=args.overwrite, allow_changes=allowed)
     _print_final(result.final)
     _print_config_changes(result.summary.get("config_changes", []))
+    if "novel" in result.summary:
+        _print_novel(result.summary["novel"])
     print(f"results: {result.run_dir}")
+    return 0
+
+
+def _print_novel(novel: dict[str, Any]) -> None:
+    """The held-out clients' adaptation (engine/novel.py), one line per client and the mean."""
+    print(f"novel clients, adapting '{novel['part']}' for {novel['epochs']} epochs:")
+    for row in novel["clients"]:
+        print(f"  {row['client']:<16} {100 * row['accuracy'][0]:6.2f}% -> {100 * row['final']:6.2f}% "
+              f"(best {100 * row['best']:.2f}%, reached by epoch {row['epochs_to_reach']})")
+    print(f"  {'mean':<16} {100 * novel['mean_accuracy'][0]:6.2f}% -> {100 * novel['mean_final']:6.2f}% "
+          f"(epochs to reach {novel['mean_epochs_to_reach']:.1f})")
+
+
+def cmd_adapt(args: argparse.Namespace) -> int:
+    from fedhet.launch.adapt import adapt_run
+
+    _print_novel(adapt_run(args.run_dir, list(args.overrides), progress=not args.quiet))
+    print(f"results: {Path(args.run_dir) / 'novel.json'}")
     return 0
 
 

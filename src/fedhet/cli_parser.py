@@ -7,7 +7,16 @@ import argparse
 from typing import TYPE_CHECKING
 
 from fedhet.cli_args import DEBUG_FLAGS, Parser, check_repeated_overrides, place_extras
-from fedhet.cli_commands import cmd_data, cmd_flower, cmd_methods, cmd_pretrain, cmd_report, cmd_run, cmd_sweep
+from fedhet.cli_commands import (
+    cmd_adapt,
+    cmd_data,
+    cmd_flower,
+    cmd_methods,
+    cmd_pretrain,
+    cmd_report,
+    cmd_run,
+    cmd_sweep,
+)
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -20,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(*DEBUG_FLAGS, dest="verbose", action="store_true",
                         help="debug logging, and the traceback of any error")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_run, _add_sweep, _add_report, _add_data, _add_pretrain, _add_flower):
+    for add in (_add_run, _add_sweep, _add_adapt, _add_report, _add_data, _add_pretrain, _add_flower):
         add(sub)
     methods = sub.add_parser("methods", help="list the registered methods")
     methods.set_defaults(func=cmd_methods)
@@ -70,6 +79,16 @@ def _add_report(sub: Subparsers) -> None:
     report.add_argument("--out", default="report")
     report.add_argument("--reference", default=None, help="YAML of published numbers to show side by side")
     report.set_defaults(func=cmd_report)
+
+
+def _add_adapt(sub: Subparsers) -> None:
+    """`fedhet adapt RUN_DIR [novel.key=value ...]`: adapt a finished run's held-out clients."""
+    adapt = sub.add_parser("adapt", help="adapt a finished run's held-out (novel) clients: fedhet adapt RUN_DIR "
+                                         "[novel.part=embedding|hypernetwork|personal|all novel.epochs=N]")
+    adapt.add_argument("run_dir")
+    adapt.add_argument("overrides", nargs="*")
+    adapt.add_argument("-q", "--quiet", action="store_true")
+    adapt.set_defaults(func=cmd_adapt)
 
 
 def _add_data(sub: Subparsers) -> None:

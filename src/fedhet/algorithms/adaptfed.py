@@ -33,7 +33,7 @@ from torch import nn
 from fedhet.algorithms.base import Algorithm
 from fedhet.algorithms.registry import register
 from fedhet.core.aggregation import average, client_weights
-from fedhet.core.contract import ClientState, RoundInfo, ServerState, Work
+from fedhet.core.contract import ClientState, NovelModel, RoundInfo, ServerState, Work
 from fedhet.core.messages import Message, Reply
 from fedhet.core.params import StateDict
 from fedhet.errors import ConfigError, unknown_choice
@@ -138,6 +138,27 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
             generated = self.hypernet(server)(client_id)
         return Message(arrays={**server.model, **{k: v.detach().clone() for k, v in generated.items()}})
 
+    def novel_model(self, server: HyperServerState, client_id: int, part: str, trained: list[int]
+                    ) -> NovelModel | None:
+        """A held-out client: xi-bar and P = h(phi; z_new), z_new starting at the mean of the trained clients'
+        embeddings (spec §2.8 [S]); part embedding / auto trains z_new only, hypernetwork trains phi too. Other
+        parts (and Vanilla-T): the engine's generic model."""
+        if self.params.generator == "local" or part not in ("auto", "embedding", "hypernetwork"):
+            return None
+        hnet = self.hypernet(server)
+        z_new = hnet.embeddings.weight.detach()[trained].mean(dim=0)
+        model = self.parts.new()
+        model.load_state_dict(server.model, strict=False)
+        for p in [*model.parameters(), *hnet.parameters()]:
+            p.requires_grad_(False)
+        generated = GeneratedModel(model, hnet, z_new)
+        if part == "hypernetwork":
+            phi = hnet.phi_parameters()
+            for p in phi:
+                p.requires_grad_(True)
+            return NovelModel(generated, [generated.z, *phi], "hypernetwork")
+        return NovelModel(generated, [generated.z], "embedding")
+
     def aggregate(self, server: HyperServerState, replies: list[Reply], info: RoundInfo) -> HyperServerState:
         """FedAvg of xi (Eq. 3), then the hypernetwork's VJP step with each client's Delta P_i (Eqs. 8-11)."""
         weights = client_weights([r.num_examples for r in replies], self.server_cfg.aggregation)
@@ -155,6 +176,19 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
                       for r in replies])
         return dataclasses.replace(server, model=model, opt=opt, hnet=_clone(hnet.state_dict()),
                                    hopt=_clone_tree(updater.state_dict()))
+
+
+class GeneratedModel(nn.Module):
+    """A novel client's model (Sec. 4.2.6, spec §2.8): xi-bar fixed, P = h(phi; z_new) regenerated at every
+    forward, so training it moves z_new (and phi when the hypernetwork is trainable)."""
+
+    def __init__(self, model: nn.Module, hnet: HyperNetwork, z: torch.Tensor) -> None:
+        super().__init__()
+        self.model, self.hnet, self.z = model, hnet, nn.Parameter(z.clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        generated = self.hnet.generate_from_embedding(self.z)
+        return torch.func.functional_call(self.model, generated, (x,), strict=False)  # type: ignore[no-any-return]
 
 
 def _clone(state: StateDict) -> StateDict:

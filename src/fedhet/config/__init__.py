@@ -8,6 +8,7 @@ everything public is importable from `fedhet.config`.
 
 from fedhet.config.experiment import ExperimentConfig
 from fedhet.config.loading import deep_merge, load_config, parse_overrides, set_path
+from fedhet.config.novel import NOVEL_PARTS, NovelConfig
 from fedhet.config.sections import (
     LOCAL_OPTIMIZERS,
     RUNTIMES,
@@ -27,6 +28,8 @@ __all__ = [
     "EvalConfig",
     "ExperimentConfig",
     "ModelConfig",
+    "NOVEL_PARTS",
+    "NovelConfig",
     "RunConfig",
     "ServerConfig",
     "TrainConfig",

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedhet.config.novel import NovelConfig
 from fedhet.config.sections import (
     DataConfig,
     EvalConfig,
@@ -34,6 +35,7 @@ class ExperimentConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    novel: NovelConfig = field(default_factory=NovelConfig)  # held-out clients adapted after training
     sweep: dict[str, Any] = field(default_factory=dict)  # methods / seeds / datasets for `fedhet sweep`
     imports: list[str] = field(default_factory=list)  # plugin modules / .py files, imported by validate()
 
@@ -46,7 +48,7 @@ class ExperimentConfig:
         _check(re.fullmatch(r"[A-Za-z0-9_.+-]*", self.label) is not None,
                f"label may hold only letters, digits and _ . + - (it names a folder), got {self.label!r}")
         _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
-        for section in (self.data, self.train, self.server, self.eval, self.run):
+        for section in (self.data, self.train, self.server, self.eval, self.run, self.novel):
             section.validate()
         if self.data.options:
             from fedhet.data.registry import check_options

@@ -175,6 +175,16 @@ class Deployment:
     batch_size: int | None = None
 
 
+@dataclass
+class NovelModel:
+    """A held-out client's model as it adapts (engine/novel.py): `module` predicts, only `params` train;
+    `part` names what they are (embedding, hypernetwork, personal, all)."""
+
+    module: nn.Module
+    params: list[nn.Parameter]
+    part: str
+
+
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 

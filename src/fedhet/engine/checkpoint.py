@@ -11,7 +11,8 @@ must present the same values, with two exceptions (docs/design.md, "What a resum
 Both are recorded in the checkpoint's `config_changes` (and in summary.json).
 
 Left out of the comparison, because they do not change the numbers: `name`, `label`, `sweep`, `data.download`,
-`run.out_dir`, `run.checkpoint_every`, `run.quiet`, the batched runtime's chunking (`run.batched_*`) and the
+`run.out_dir`, `run.checkpoint_every`, `run.quiet`, the `novel` adaptation settings (only which clients
+are held out counts), the batched runtime's chunking (`run.batched_*`) and the
 Flower fault-tolerance settings of `server`. Part of it: `run.runtime` as its family (in-process and Flower
 compute the same numbers; the batched runtime matches them only to float tolerance), `run.device` as the
 device type it resolves to (cpu / cuda), and `run.num_threads` (torch's CPU kernels split sums differently
@@ -48,7 +49,10 @@ def _device_type(name: str) -> str:
 
 def relevant_config(config: dict[str, Any]) -> dict[str, Any]:
     """The config values that influence the results (everything a resume must keep the same)."""
-    relevant = {k: v for k, v in config.items() if k not in IGNORED_SECTIONS and k != "run"}
+    relevant = {k: v for k, v in config.items() if k not in IGNORED_SECTIONS and k not in ("run", "novel")}
+    novel = config.get("novel") or {}
+    if novel.get("holdout") or novel.get("clients"):  # who trains; the adaptation settings act after training
+        relevant["novel"] = {"holdout": novel.get("holdout"), "clients": novel.get("clients")}
     if isinstance(relevant.get("server"), dict):
         relevant["server"] = {k: v for k, v in relevant["server"].items() if k not in IGNORED_SERVER_KEYS}
     if isinstance(relevant.get("data"), dict):

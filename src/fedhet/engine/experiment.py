@@ -40,12 +40,21 @@ class Arrangement:
     train: list[ClientData]
     state_of: list[int]
     pooled: bool = False
+    novel: tuple[int, ...] = ()  # held-out clients (engine/novel.py): never sampled, adapted after training
+
+    def pool(self, n: int) -> list[int]:
+        """The ids among the first `n` training clients that may be sampled (all but the held-out ones)."""
+        return [c for c in range(n) if c not in self.novel]
 
 
-def arrange(alg: Algorithm[Any, Any, Any], data: FederatedData) -> Arrangement:
-    """The clients as they train: as they are, or pooled for a centralized method (the oracle `all`)."""
+def arrange(alg: Algorithm[Any, Any, Any], data: FederatedData, novel: list[int] | None = None) -> Arrangement:
+    """The clients as they train: as they are, or pooled for a centralized method (the oracle `all`); `novel`:
+    the held-out clients."""
     if not alg.centralized:
-        return Arrangement(list(data.clients), list(range(len(data.clients))))
+        return Arrangement(list(data.clients), list(range(len(data.clients))), novel=tuple(novel or ()))
+    if novel:
+        raise ConfigError(f"novel clients cannot be held out of {alg.name}: it pools every client's data; set "
+                          "novel.holdout=0")
     pooled = ClientData(name="all", domain="all", train=data.pooled_train(), val=None, test=data.pooled_test(),
                         train_eval=data.pooled_train())
     return Arrangement([pooled], [0] * len(data.clients), pooled=True)
@@ -125,4 +134,7 @@ def build_experiment(cfg: ExperimentConfig) -> Experiment:
     algorithm = build_algorithm(cfg, data, device, model_fn)
     log.info("built %s on %s: %d clients, %d classes, device %s", cfg.method, cfg.data.dataset,
              len(data.clients), data.num_classes, device)
-    return Experiment(cfg, data, device, algorithm, model_fn, arrange(algorithm, data))
+    from fedhet.engine.novel import held_out
+
+    novel = held_out(cfg.novel, [c.name for c in data.clients], cfg.seed)
+    return Experiment(cfg, data, device, algorithm, model_fn, arrange(algorithm, data, novel))

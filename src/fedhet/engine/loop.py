@@ -148,9 +148,9 @@ class RoundLoop:
     # -------------------------------------------------------------- one round
     def train_round(self, rnd: int) -> None:
         self.clients.begin_round(rnd)
-        n = self.clients.num_train_clients
-        sampled = sample_clients(self.cfg.seed, rnd, n, self.cfg.server.fraction_fit,
-                                 self.cfg.server.min_fit_clients)
+        pool = self.exp.arrangement.pool(self.clients.num_train_clients)  # held-out (novel) clients never train
+        sampled = [pool[i] for i in sample_clients(self.cfg.seed, rnd, len(pool), self.cfg.server.fraction_fit,
+                                                   self.cfg.server.min_fit_clients)]
         info = self.exp.round_info(rnd)
         messages = {cid: self.alg.broadcast(self.server, info, cid) for cid in sampled}
         replies = self.clients.fit(rnd, messages)
@@ -164,10 +164,9 @@ class RoundLoop:
 
     def evaluate_round(self, rnd: int) -> float:
         """Evaluate every client's deployed model; returns the average test accuracy."""
-        n = len(self.exp.data.clients)
         info = self.exp.round_info(rnd)
         messages = {cid: self.alg.broadcast(self.server, info, self.exp.arrangement.state_of[cid])
-                    for cid in range(n)}
+                    for cid in self.exp.arrangement.pool(len(self.exp.data.clients))}
         rows = client_rows(rnd, "test", self.clients.evaluate(rnd, messages, "test"))
         if self.cfg.eval.val:
             rows += client_rows(rnd, "val", self.clients.evaluate(rnd, messages, "val"))

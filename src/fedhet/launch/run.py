@@ -48,4 +48,10 @@ def run_experiment(cfg: ExperimentConfig, run_dir: str | Path | None = None, res
         loop = RoundLoop(exp, path, make_executor(exp), progress=progress, on_phase=on_phase)
         if resume:
             loop.resume(allow_changes)
-        return loop.run(stop_after=stop_after)
+        result = loop.run(stop_after=stop_after)
+        if exp.arrangement.novel and result.rounds_completed >= cfg.rounds:
+            from fedhet.engine.novel import adapt_novel
+
+            result.summary["novel"] = adapt_novel(exp, loop.server, list(exp.arrangement.novel), path,
+                                                  progress and not cfg.run.quiet)
+        return result

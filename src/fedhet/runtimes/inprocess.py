@@ -38,9 +38,10 @@ class InProcessClients:
         return replies
 
     def evaluate(self, rnd: int, messages: dict[int, Message], split: str) -> dict[str, dict[str, float]]:
-        """Metrics of each client's deployed model on its own split ('test' or 'val')."""
+        """Metrics of each client in `messages` (its deployed model) on its own split ('test' or 'val')."""
         results = {}
-        for cid, client in enumerate(self.exp.data.clients):
+        for cid in sorted(messages):
+            client = self.exp.data.clients[cid]
             dataset: Dataset[Any] | None = getattr(client, split)
             if dataset is None:
                 continue

@@ -85,10 +85,10 @@ class FlowerClients:
         return replies
 
     def evaluate(self, rnd: int, messages: dict[int, Message], split: str) -> dict[str, dict[str, float]]:
-        """Each client's metrics on its own split, keyed by client name in client order (as in-process);
-        clients that failed are left out."""
+        """The metrics of each client in `messages` on its own split, keyed by client name in client order (as
+        in-process); clients that failed are left out."""
         contents = {cid: request_content(messages[cid], rnd, split=split, **self._state_meta(cid))
-                    for cid in range(len(self.exp.data.clients))}
+                    for cid in sorted(messages)}
         received, problems = self.link.exchange(MessageType.EVALUATE, contents, f"evaluate-{split}-{rnd}")
         results = {}
         for cid, client in enumerate(self.exp.data.clients):

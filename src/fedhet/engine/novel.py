@@ -1,0 +1,135 @@
+"""Novel clients (AdaptFED Sec. 4.2.6, spec §2.8): clients held out of training, then adapted as new sites.
+
+`held_out` picks them (a seeded share, or by name); the round loop never samples them and leaves them out of
+the training-time averages. After training, `adapt_novel` gives each one the trained server state and trains
+only `part` of its model on its own training split, one epoch at a time, evaluating its test split before
+the first epoch and after every epoch. What a part means is the method's: `Algorithm.novel_model` builds it
+(AdaptFED: z_new alone, or the hypernetwork too); otherwise the client's deployed model with its personal
+parameters ("personal") or all of them ("all") trainable. Results go to novel.json in the run directory, one
+entry per part, so `fedhet adapt RUN novel.part=...` adds another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from fedhet.atomic import atomic_write_text
+from fedhet.config import NovelConfig
+from fedhet.core.contract import LocalPass, NovelModel, OptimSpec, minimize
+from fedhet.core.seeding import numpy_rng, seeded
+from fedhet.engine.evaluation import evaluate
+from fedhet.engine.experiment import Experiment
+from fedhet.engine.local import deployed_model, run_pass
+from fedhet.errors import ConfigError
+from fedhet.losses.classification import cross_entropy
+
+NOVEL_FILE = "novel.json"
+
+
+def held_out(cfg: NovelConfig, names: list[str], seed: int) -> list[int]:
+    """Sorted ids of the held-out clients: `cfg.clients` by name, or round(holdout x n) drawn from the seed (at
+    least one, and at least one client left to train)."""
+    if cfg.clients:
+        unknown = [c for c in cfg.clients if c not in names]
+        if unknown:
+            raise ConfigError(f"novel.clients names unknown clients {unknown}; the clients are {', '.join(names)}")
+        ids = sorted(names.index(c) for c in cfg.clients)
+    elif cfg.holdout > 0:
+        k = max(1, round(cfg.holdout * len(names)))
+        ids = sorted(int(i) for i in numpy_rng(seed, "novel").choice(len(names), size=k, replace=False))
+    else:
+        return []
+    if len(ids) >= len(names):
+        raise ConfigError("novel: every client is held out, none would train; hold out fewer")
+    return ids
+
+
+def generic_novel_model(exp: Experiment, server: Any, client_id: int, part: str) -> NovelModel:
+    """The client's deployed model (its state fresh from `init_client`), with `part` trainable."""
+    alg, rounds = exp.algorithm, exp.config.rounds
+    msg = alg.broadcast(server, exp.round_info(rounds), client_id)
+    model, _ = deployed_model(alg, msg, alg.init_client(client_id), exp.context(client_id, rounds))
+    named = dict(model.named_parameters())
+    if part == "all":
+        return NovelModel(model, list(named.values()), "all")
+    parts = getattr(alg, "parts", None)
+    local = parts.local_keys() if parts is not None else set()
+    params = [p for n, p in named.items() if n in local]
+    if part != "personal" or not params:
+        raise ConfigError(f"novel.part={part}: method {alg.name} has no such part (it keeps "
+                          f"{'no parameters local' if not params else 'no hypernetwork'}); use novel.part=all")
+    return NovelModel(model, params, "personal")
+
+
+def novel_model(exp: Experiment, server: Any, client_id: int, part: str, trained: list[int]) -> NovelModel:
+    """The method's own novel-client model when it has one for `part`, else the generic one ("auto": personal
+    parameters of a personalized method that keeps some, else all)."""
+    own = exp.algorithm.novel_model(server, client_id, part, trained)
+    if own is not None:
+        return own
+    if part != "auto":
+        return generic_novel_model(exp, server, client_id, part)
+    try:
+        return generic_novel_model(exp, server, client_id, "personal" if exp.algorithm.personalized else "all")
+    except ConfigError:
+        return generic_novel_model(exp, server, client_id, "all")
+
+
+def epochs_to_reach(accuracies: list[float], reach: float) -> int:
+    """The first epoch (0 = before adapting) whose accuracy is >= reach x the best of the adaptation."""
+    target = reach * max(accuracies)
+    return next(e for e, a in enumerate(accuracies) if a >= target)
+
+
+def train_novel(exp: Experiment, novel: NovelModel, client_id: int, cfg: NovelConfig) -> list[float]:
+    """Train `novel.params` on the client's training split for cfg.epochs epochs (one optimizer throughout,
+    seeded batches); its test accuracy before the first epoch and after each."""
+    model, data, device = novel.module.to(exp.device), exp.data.clients[client_id], exp.device
+    train = dataclasses.replace(exp.config.train, local_epochs=1, local_steps=None)
+    spec = OptimSpec.from_train(novel.params, train, cfg.lr, persist=True)
+    frozen = [p for p in model.parameters() if all(p is not q for q in novel.params)]
+    step = LocalPass("novel", minimize(lambda x, y: cross_entropy(model, x, y)), {"model": spec}, train,
+                     modules=(model,), frozen=frozen)
+    accuracies = [evaluate(model, data.test, device)["accuracy"]]
+    saved: dict[str, dict[str, Any]] = {}
+    for epoch in range(1, cfg.epochs + 1):
+        with seeded(exp.config.seed, "novel", client_id, epoch):
+            _, saved = run_pass(step, saved, f"novel client {data.name} epoch {epoch}", data.train, device)
+        accuracies.append(evaluate(model, data.test, device)["accuracy"])
+    return accuracies
+
+
+def adapt_client(exp: Experiment, server: Any, client_id: int, cfg: NovelConfig, trained: list[int]
+                 ) -> dict[str, Any]:
+    """Adapt one held-out client: its accuracy per epoch, best, final and epochs to reach."""
+    novel = novel_model(exp, server, client_id, cfg.part, trained)
+    accuracies = train_novel(exp, novel, client_id, cfg)
+    return {"client": exp.data.clients[client_id].name, "part": novel.part,
+            "trainable_params": sum(p.numel() for p in novel.params), "accuracy": accuracies,
+            "final": accuracies[-1], "best": max(accuracies), "epochs_to_reach": epochs_to_reach(accuracies, cfg.reach)}
+
+
+def adapt_novel(exp: Experiment, server: Any, held: list[int], run_dir: Path, progress: bool = True
+                ) -> dict[str, Any]:
+    """Adapt every held-out client; merge the result into run_dir/novel.json under its part, and return it."""
+    cfg = exp.config.novel
+    trained = [c for c in range(len(exp.data.clients)) if c not in held]
+    rows = [adapt_client(exp, server, cid, cfg, trained)
+            for cid in tqdm(held, desc="novel clients", disable=not progress, unit="client")]
+    part = rows[0]["part"]
+    n = len(rows)
+    result = {"part": part, "epochs": cfg.epochs, "lr": cfg.lr or exp.config.train.lr, "reach": cfg.reach,
+              "clients": rows, "mean_final": sum(r["final"] for r in rows) / n,
+              "mean_best": sum(r["best"] for r in rows) / n,
+              "mean_epochs_to_reach": sum(r["epochs_to_reach"] for r in rows) / n,
+              "mean_accuracy": [sum(r["accuracy"][e] for r in rows) / n for e in range(cfg.epochs + 1)]}
+    path = run_dir / NOVEL_FILE
+    existing = json.loads(path.read_text()) if path.is_file() else {}
+    atomic_write_text(path, json.dumps({**existing, part: result}, indent=1))
+    return result
+
