@@ -97,6 +97,9 @@ def test_min_samples_max_clients_and_sample_cap(tmp_path: Path) -> None:
     assert [c.name for c in build(root, seq_len=1, min_samples=1).clients] == ["CAROL", "First_Citizen", "BOB"]
     assert [c.name for c in build(root, seq_len=8, min_samples=75).clients] == ["CAROL"]  # 87 vs 73 windows
     assert [c.name for c in build(root, seq_len=8, min_samples=5, max_clients=1).clients] == ["CAROL"]
+    picks = [build(root, seq_len=1, min_samples=1, max_clients=1, client_selection="random",
+                   selection_seed=s).clients[0].name for s in range(6)]
+    assert len(set(picks)) > 1  # a seeded sample, not the largest role every time
     capped = build(root, seq_len=8, min_samples=5, max_samples_per_client=10).clients[0]
     assert (capped.num_train, n_test(capped)) == (8, 2)
     firsts = [ROLE_TEXT["CAROL"].index(decode(capped.train[i][0])) for i in range(8)]

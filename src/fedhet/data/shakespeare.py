@@ -61,7 +61,7 @@ class ShakespeareOptions:
     min_samples: int = 100  # roles with fewer windows are dropped
     max_clients: int | None = None  # keep this many roles (None: all that pass min_samples)
     client_selection: str = "largest"  # largest (most windows first) | random (seeded by selection_seed)
-    selection_seed: int = 0
+    selection_seed: int = 0  # the seed of client_selection: random (fixed: the same roles for every run seed)
     max_samples_per_client: int | None = None  # cap on train + test windows per role (evenly spaced in time)
 
     def validate(self) -> None:
