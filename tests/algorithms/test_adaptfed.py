@@ -68,3 +68,26 @@ def test_vanilla_t_keeps_P_local() -> None:
     exp, alg, server = setup("method_args.generator=local")
     msg = alg.broadcast(server, exp.round_info(1), 0)
     assert not set(alg.partition.p) & set(msg.arrays) and set(alg.partition.p) <= alg.parts.local_keys()
+
+
+def test_task_aware_descriptor_is_sent_and_conditions_the_generator() -> None:
+    import numpy as np
+
+    from fedhet.data.show import split_labels
+    from fedhet.engine.local import fit_client
+
+    exp, alg, server = setup("method_args.descriptor=label_histogram", "data.partition=pathological",
+                             "data.num_clients=4", "data.classes_per_client=2")
+    info = exp.round_info(1)
+    before = alg.broadcast(server, info, 1).arrays
+    reply, _ = fit_client(alg, alg.broadcast(server, info, 0), alg.init_client(0), exp.context(0, 1))
+    counts = np.bincount(split_labels(exp.data.clients[0].train), minlength=exp.data.num_classes)
+    assert torch.allclose(reply.arrays["descriptor"], torch.tensor(counts / counts.sum(), dtype=torch.float32))
+    new = alg.aggregate(server, [Reply(0, reply, 10)], info)
+    table = alg.hypernet(new).get_buffer("descriptors")
+    assert torch.equal(table[0], reply.arrays["descriptor"]) and not table[1].any()  # only the sender's row
+    hnet = alg.hypernet(new)  # client 1's P changes when only its descriptor does (z_1 and phi fixed)
+    table[1] = reply.arrays["descriptor"]
+    hnet.set_descriptors(table)
+    assert any(not torch.equal(hnet(1)[k], alg.hypernet(new)(1)[k]) for k in alg.partition.p)
+    assert set(before) == set(alg.broadcast(new, info, 1).arrays)  # the descriptor never goes down

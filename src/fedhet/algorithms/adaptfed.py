@@ -27,21 +27,25 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from fedhet.algorithms.base import Algorithm
 from fedhet.algorithms.registry import register
 from fedhet.core.aggregation import average, client_weights
-from fedhet.core.contract import ClientState, NovelModel, RoundInfo, ServerState, Work
+from fedhet.core.contract import ClientState, FitStats, NovelModel, RoundInfo, ServerState, Work
 from fedhet.core.messages import Message, Reply
 from fedhet.core.params import StateDict
+from fedhet.data.show import split_labels
 from fedhet.errors import ConfigError, unknown_choice
 from fedhet.models.hypernet import HyperNetwork
 from fedhet.models.hypernet_update import ClientUpdate, HyperNetworkUpdater, HyperUpdateConfig
 from fedhet.models.param_partition import ParamPartition, split_parameters
 
 GENERATORS = ("hypernet", "local")
+DESCRIPTORS = ("none", "label_histogram")
+DESCRIPTOR_KEY = "descriptor"  # the reply's array with the client's task descriptor s_i (task-aware embeddings)
 
 
 @dataclass
@@ -49,8 +53,9 @@ class AdaptFEDParams:
     """personalize: which parameters are P (param_partition selectors, or "all"); generator: "hypernet" (AdaptFED)
     | "local" (Vanilla-T); the hypernetwork's size (embedding_dim, hidden_dim, n_hidden, rank); update: its VJP
     step (`HyperUpdateConfig`: lr, momentum, weight_decay, sign, weighting, weight_embedding, aggregation,
-    embedding_update, max_grad_norm; e.g. method_args.update.sign=paper); init_from_model: generated P starts
-    near the model's initial P."""
+    embedding_update, max_grad_norm; e.g. method_args.update.sign=paper); descriptor: "label_histogram" = the
+    task-aware embeddings (ours, spec §2.6): z_i is joined by g_psi(s_i), s_i the client's training label
+    frequencies, sent in its replies; init_from_model: generated P starts near the model's initial P."""
 
     personalize: list[str] = field(default_factory=lambda: ["focal_modulation"])
     generator: str = "hypernet"
@@ -58,12 +63,17 @@ class AdaptFEDParams:
     hidden_dim: int = 100
     n_hidden: int = 1
     rank: int | None = None
+    descriptor: str = "none"
     init_from_model: bool = True
     update: HyperUpdateConfig = field(default_factory=HyperUpdateConfig)
 
     def validate(self) -> None:
         if self.generator not in GENERATORS:
             raise unknown_choice("adaptfed generator", self.generator, GENERATORS)
+        if self.descriptor not in DESCRIPTORS:
+            raise unknown_choice("adaptfed descriptor", self.descriptor, DESCRIPTORS)
+        if self.descriptor != "none" and self.generator == "local":
+            raise ConfigError("adaptfed: a task descriptor conditions the hypernetwork; generator=local has none")
 
 
 @dataclass(kw_only=True)
@@ -110,6 +120,7 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
         init = {n: self.parts.init_state[n].detach().cpu() for n in self.partition.p} if p.init_from_model else None
         return HyperNetwork(self.partition.shapes(), self.num_clients, embedding_dim=p.embedding_dim,
                             hidden_dim=p.hidden_dim, n_hidden=p.n_hidden, rank=p.rank,
+                            descriptor_dim=self.num_classes if p.descriptor == "label_histogram" else None,
                             heads=dict(zip(self.partition.group_keys, self.partition.groups, strict=True)),
                             init_values=init)
 
@@ -118,6 +129,14 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
         hnet = self.new_hypernet()
         hnet.load_state_dict(server.hnet)
         return hnet
+
+    def finish(self, work: Work, state: ClientState, stats: FitStats) -> tuple[Message, ClientState]:
+        """The trained xi and P_i; with the task-aware variant also s_i, the client's label frequencies."""
+        reply, new_state = super().finish(work, state, stats)
+        if self.params.descriptor == "label_histogram":
+            counts = np.bincount(split_labels(work.ctx.data.train), minlength=self.num_classes)
+            reply.arrays[DESCRIPTOR_KEY] = torch.as_tensor(counts / max(counts.sum(), 1), dtype=torch.float32)
+        return reply, new_state
 
     # ------------------------------------------------------------------ server side
     def init_server(self) -> HyperServerState:
@@ -167,6 +186,11 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
         if self.params.generator == "local":
             return dataclasses.replace(server, model=model, opt=opt)
         hnet = self.hypernet(server)
+        if self.params.descriptor != "none":  # s_i as last reported (before the step: P_i was generated with it)
+            table = hnet.get_buffer("descriptors").clone()
+            for r in replies:
+                table[r.client_id] = r.message.arrays[DESCRIPTOR_KEY].float().cpu()
+            hnet.set_descriptors(table)
         updater = HyperNetworkUpdater(hnet, self.params.update)
         updater.load_state_dict(server.hopt)
         with torch.no_grad():
