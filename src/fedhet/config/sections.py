@@ -100,6 +100,8 @@ class ModelConfig:
     name: str = "small_cnn"
     args: dict[str, Any] = field(default_factory=dict)
     pretrained: bool = False
+    # a `fedhet pretrain` file (any model): the features start from it, the head stays freshly initialised
+    init_from: str | None = None
 
 
 @dataclass

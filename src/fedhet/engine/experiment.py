@@ -17,6 +17,7 @@ from fedhet.core.seeding import seeded
 from fedhet.data import ClientData, FederatedData, build_federated_data
 from fedhet.errors import ConfigError
 from fedhet.models import SplitModel, build_model
+from fedhet.models.vl_pretrain import load_backbone
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +94,11 @@ def make_model_fn(cfg: ExperimentConfig, data: FederatedData) -> Callable[[], Sp
 
     def model_fn() -> SplitModel:
         with seeded(cfg.seed, "model-init"):
-            return build_model(cfg.model.name, data.num_classes, data.input_shape,
-                               pretrained=cfg.model.pretrained, vocabulary=data.vocabulary, **cfg.model.args)
+            model = build_model(cfg.model.name, data.num_classes, data.input_shape,
+                                pretrained=cfg.model.pretrained, vocabulary=data.vocabulary, **cfg.model.args)
+        if cfg.model.init_from:  # transfer: the pretrained features, a fresh head for this data's classes
+            load_backbone(model, cfg.model.init_from, head=False)
+        return model
 
     return model_fn
 

@@ -35,8 +35,9 @@ class PretrainResult:
     epochs: int
 
 
-def _to(x: Sequence[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    return [t.to(device) for t in x]
+def _to(x: torch.Tensor | Sequence[torch.Tensor], device: torch.device) -> torch.Tensor | list[torch.Tensor]:
+    """A batch's inputs on `device`: one tensor (images), or a list of them (VQA's [images, questions])."""
+    return x.to(device) if isinstance(x, torch.Tensor) else [t.to(device) for t in x]
 
 
 def _schedule(total: int, warmup: float) -> Callable[[int], float]:
@@ -113,8 +114,22 @@ def save_backbone(model: nn.Module, path: str | os.PathLike[str], meta: dict[str
         torch.save({"state": backbone_state(model), "meta": dict(meta or {})}, tmp)
 
 
+def adapt_input_channels(saved: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+    """A conv kernel pretrained on C_in channels for a model with another C_in (timm's `adapt_input_conv` rule):
+    RGB -> grey sums the colour channels, grey -> RGB repeats the kernel scaled by 1/C; other tensors as saved."""
+    if saved.ndim != 4 or own.ndim != 4 or saved.shape[1] == own.shape[1] or \
+            saved.shape[0] != own.shape[0] or saved.shape[2:] != own.shape[2:]:
+        return saved
+    if own.shape[1] == 1:
+        return saved.sum(dim=1, keepdim=True)
+    if saved.shape[1] == 1:
+        return saved.repeat(1, own.shape[1], 1, 1) / own.shape[1]
+    return saved
+
+
 def load_backbone(model: nn.Module, path: str | os.PathLike[str], head: bool = True) -> dict[str, Any]:
-    """Load a `save_backbone` file into `model` (features strictly; the head if `head` and shapes match).
+    """Load a `save_backbone` file into `model` (features strictly; the head if `head` and shapes match). A conv
+    kernel pretrained on another number of input channels (RGB vs grey) is adapted (`adapt_input_channels`).
 
     Returns the file's meta; a CheckpointError when it is missing, unreadable or does not fit the model.
     """
@@ -126,6 +141,7 @@ def load_backbone(model: nn.Module, path: str | os.PathLike[str], head: bool = T
     except Exception as e:
         raise CheckpointError(f"cannot read backbone checkpoint {path}: {str(e).splitlines()[0]}") from e
     own = backbone_state(model)
+    state = {k: adapt_input_channels(v, own[k]) if k in own else v for k, v in state.items()}
     body = {k for k in own if not k.startswith("head.")}
     if body != {k for k in state if not k.startswith("head.")}:
         raise CheckpointError(f"backbone checkpoint {path} does not fit this model (different architecture)")
