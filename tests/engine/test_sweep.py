@@ -87,3 +87,9 @@ def test_a_finished_run_made_with_another_config_is_an_error_not_a_skip(tmp_path
     changed = from_dict(ExperimentConfig, {**cfg.to_dict(), "train": {**cfg.to_dict()["train"], "lr": 0.5}})
     with pytest.raises(ConfigError, match=r"another config \(train.lr: 0.01 there, 0.5 now\).*another name"):
         check_plan(plan_sweep(changed))
+    config_yaml = next(tmp_path.rglob("config.yaml"))  # a run made before fedhet had model.init_from
+    config_yaml.write_text(config_yaml.read_text().replace("  init_from: null\n", ""))
+    assert [status for _, status in check_plan(plan_sweep(cfg))] == ["finished"]  # the default: no difference
+    newer = from_dict(ExperimentConfig, {**cfg.to_dict(), "model": {**cfg.to_dict()["model"], "init_from": "b.pt"}})
+    with pytest.raises(ConfigError, match=r"model.init_from: None there, 'b.pt' now"):
+        check_plan(plan_sweep(newer))

@@ -116,8 +116,10 @@ def _check_same_config(rundir: RunDirectory, cfg: ExperimentConfig) -> None:
         old = yaml.safe_load(rundir.config_path.read_text())
     except (OSError, yaml.YAMLError):
         return  # no readable config: nothing to compare (the summary alone marks it finished)
-    known = set(flatten(old))  # a key added to fedhet after that run is not a difference
-    differences = {k: v for k, v in config_differences(old, cfg.to_dict()).items() if k != "rounds" and k in known}
+    known, default = set(flatten(old)), flatten(ExperimentConfig().to_dict())
+    # a key added to fedhet after that run is a difference only when this config sets it away from its default
+    differences = {k: v for k, v in config_differences(old, cfg.to_dict()).items()
+                   if k != "rounds" and (k in known or v[1] != default.get(k))}
     if differences:
         listed = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in differences.items())
         raise ConfigError(f"{rundir.path} holds a finished run made with another config ({listed}). Give this "
