@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# AdaptFED (docs/results/adaptfed.md): the stand-in pretrained backbones, then the structure of Tables 2/4 (AdaptFED
+# + ten baselines x {pathological, Dirichlet 0.3} x {50, 100 clients}), Table 9 (which component is generated),
+# Table 8 (novel clients, then the whole-hypernetwork adaptation of the trained runs), Table 10 (Dirichlet alpha
+# sweep, 100 clients), and the paper-layout tables. Sweeps skip finished runs and resume interrupted ones, so the
+# script can be stopped and restarted; stages run in this order unless one is named. SEEDS=1 runs seed 1 only.
+# Needs FEDHET_DATA (MNIST for the pretraining) and the Debian package dataset-fashion-mnist.
+#   bash benchmarks/adaptfed_tables.sh [pretrain|tables|tables100|personalize|novel|alpha|reports]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FEDHET=${FEDHET:-.venv/bin/fedhet}
+PY=${PY:-.venv/bin/python}
+OUT=docs/results/adaptfed
+what=${1:-all}
+SEEDS=${SEEDS:-1,2,3}
+DIR03="data.partition=dirichlet data.alpha=0.3"
+C100="data.num_clients=100 data.max_train_per_client=100"
+
+if [[ $what == all || $what == pretrain ]]; then
+  for m in focalnet vit small_cnn; do
+    $FEDHET pretrain configs/adaptfed/pretrain.yaml model.name=$m --out runs/adaptfed/${m}_mnist.pt --epochs 40 --minutes 7
+  done
+fi
+if [[ $what == all || $what == tables ]]; then
+  $FEDHET sweep configs/adaptfed/tables.yaml --seeds "$SEEDS" -q
+  $FEDHET sweep configs/adaptfed/tables.yaml $DIR03 name=adaptfed_dir03 --seeds "$SEEDS" -q
+fi
+if [[ $what == all || $what == tables100 ]]; then
+  $FEDHET sweep configs/adaptfed/tables.yaml $C100 name=adaptfed_path100 --seeds "$SEEDS" -q
+  $FEDHET sweep configs/adaptfed/tables.yaml $C100 $DIR03 name=adaptfed_dir03_100 --seeds "$SEEDS" -q
+fi
+if [[ $what == all || $what == personalize ]]; then
+  $FEDHET sweep configs/adaptfed/personalize.yaml --seeds "$SEEDS" -q
+  $FEDHET sweep configs/adaptfed/personalize.yaml $DIR03 name=adaptfed_dir03 --seeds "$SEEDS" -q
+fi
+if [[ $what == all || $what == novel ]]; then
+  $FEDHET sweep configs/adaptfed/novel.yaml --seeds "$SEEDS" -q
+  for run in runs/adaptfed_novel/fashion_mnist/{adaptfed,pfedhn_t}/seed*; do
+    $PY -c "import json,sys; sys.exit('hypernetwork' in json.load(open('$run/novel.json')))" \
+      && $FEDHET adapt "$run" novel.part=hypernetwork -q
+  done
+fi
+if [[ $what == all || $what == alpha ]]; then
+  for a in 0.1 0.3 0.5 0.7 0.9; do
+    $FEDHET sweep configs/adaptfed/alpha.yaml data.alpha=$a name=adaptfed_alpha$a --seeds "$SEEDS" -q
+  done
+fi
+if [[ $what == all || $what == reports ]]; then
+  mkdir -p $OUT
+  tables=$(for n in adaptfed_path50 adaptfed_dir03 adaptfed_path100 adaptfed_dir03_100; do [[ -d runs/$n ]] && echo runs/$n; done)
+  [[ -n $tables ]] && $PY benchmarks/adaptfed_tables.py $tables --out $OUT/tables.md
+  [[ -d runs/adaptfed_novel ]] && $PY benchmarks/adaptfed_tables.py runs/adaptfed_novel --novel --out $OUT/novel.md
+  alphas=$(for a in 0.1 0.3 0.5 0.7 0.9; do [[ -d runs/adaptfed_alpha$a ]] && echo runs/adaptfed_alpha$a; done)
+  [[ -n $alphas ]] && $PY benchmarks/adaptfed_tables.py $alphas --out $OUT/alpha.md
+  for n in adaptfed_path50 adaptfed_dir03 adaptfed_novel; do [[ -d runs/$n ]] && $FEDHET report runs/$n --out $OUT/$n; done
+fi
