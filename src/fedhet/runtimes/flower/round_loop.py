@@ -67,4 +67,7 @@ class FlowerRoundLoop(RoundLoop):
             log.error("%s", message)
             raise RoundFailed(message) from None
         stopped.unlink(missing_ok=True)
+        if self.exp.arrangement.novel and result.rounds_completed >= self.cfg.rounds:
+            print(f"{PROGRESS_PREFIX}{len(self.exp.arrangement.novel)} clients were held out of training (novel.*); "
+                  f"each adapts on its own data with: fedhet adapt {self.dir.path}", flush=True)
         return result
