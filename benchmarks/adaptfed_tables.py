@@ -6,20 +6,19 @@
 Accuracy tables: rows = methods (run labels), columns = the settings (one run folder each), cells = mean ± sample
 std over seeds of the final average test accuracy of the clients' deployed models (%), n seeds; then the
 parameters and bytes one client receives and sends per round (the runs' recorded traffic) and seconds per round.
---novel: Table 8, from each run's novel.json (held-out clients: accuracy before adapting, after the last epoch,
-best, and epochs to reach 99% of the best; mean over clients, then mean ± std over seeds).
+--novel: Table 8, from each run's novel.json (`fedhet.report.novel`: held-out clients' accuracy before adapting,
+after the last epoch, best, and epochs to reach 99% of the best; mean over clients, then mean ± std over seeds).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
-from typing import Any
 
 from fedhet.atomic import atomic_write_text
 from fedhet.report.cost import format_params, traffic_mean
+from fedhet.report.novel import novel_section
 from fedhet.report.runs import RunRecord, load_runs
 
 ORDER = ["local_t", "fedavg_t", "vanilla_t", "fedper_t", "pfedhn_t", "fedtp_t", "adaptfed", "p_mlp", "p_norm",
@@ -71,23 +70,6 @@ def _bytes(n: float | None) -> str:
     return "?" if n is None else f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
-def novel_table(folders: list[Path]) -> str:
-    lines = ["| method | part adapted | trainable params | before | after the last epoch | best | epochs to reach |",
-             "|---|---|---|---|---|---|---|"]
-    rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for run in (r for f in folders for r in load_runs(f)):
-        path = run.path / "novel.json"
-        for part, result in (json.loads(path.read_text()).items() if path.is_file() else []):
-            rows.setdefault((run.label, part), []).append(result)
-    for (label, part), results in sorted(rows.items(), key=lambda kv: (labels_in_order(kv[0][0]), kv[0][1])):
-        params = statistics.fmean(c["trainable_params"] for r in results for c in r["clients"])
-        reach = [r["mean_epochs_to_reach"] for r in results]
-        lines.append(f"| {NAMES.get(label, label)} | {part} | {format_params(params)} | "
-                     f"{cell([r['mean_accuracy'][0] for r in results])} | {cell([r['mean_final'] for r in results])} | "
-                     f"{cell([r['mean_best'] for r in results])} | {statistics.fmean(reach):.1f} ({len(reach)}) |")
-    return "\n".join(lines) + "\n"
-
-
 def labels_in_order(label: str) -> int:
     return ORDER.index(label) if label in ORDER else len(ORDER)
 
@@ -98,7 +80,7 @@ def main() -> None:
     parser.add_argument("--novel", action="store_true", help="Table 8 from the runs' novel.json")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    text = novel_table(args.folders) if args.novel else accuracy_table(args.folders)
+    text = novel_section(load_runs(args.folders), heading=False) if args.novel else accuracy_table(args.folders)
     atomic_write_text(args.out, text)
     print(text)
 

@@ -81,3 +81,15 @@ def test_adapt_command_adds_a_part_and_refuses_other_changes(tmp_path: Path) -> 
         adapt_run(tmp_path / "run", ["train.lr=0.1"])
     with pytest.raises(FedhetError, match="not a fedhet run directory"):
         adapt_run(tmp_path, [])
+
+
+def test_report_has_a_novel_clients_section(tmp_path: Path) -> None:
+    from fedhet.report import write_report
+
+    cfg = load_config(None, [*BASE, "method=fedavg", "novel.holdout=0.25"])
+    run_experiment(cfg, tmp_path / "run", progress=False)
+    text = write_report([tmp_path / "run"], tmp_path / "report").markdown.read_text()
+    section = text[text.index("## Novel clients"):]
+    saved = json.loads((tmp_path / "run" / "novel.json").read_text())["all"]
+    assert f"| all | {saved['clients'][0]['trainable_params'] / 1e3:.1f}k |" in section
+    assert f"{100 * saved['mean_final']:.2f}" in section

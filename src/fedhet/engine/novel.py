@@ -27,8 +27,7 @@ from fedhet.engine.experiment import Experiment
 from fedhet.engine.local import deployed_model, run_pass
 from fedhet.errors import ConfigError
 from fedhet.losses.classification import cross_entropy
-
-NOVEL_FILE = "novel.json"
+from fedhet.report.novel import NOVEL_FILE
 
 
 def held_out(cfg: NovelConfig, names: list[str], seed: int) -> list[int]:

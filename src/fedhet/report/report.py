@@ -10,6 +10,7 @@ from typing import NamedTuple
 from fedhet.atomic import atomic_write_text
 from fedhet.outpaths import check_output_dir, write_failed
 from fedhet.report.cost import cost_section
+from fedhet.report.novel import novel_section
 from fedhet.report.plot import plot_curves
 from fedhet.report.reading import read_table
 from fedhet.report.runs import RunRecord, load_runs
@@ -89,6 +90,7 @@ def _write(runs: Sequence[RunRecord], out: Path, metrics: Sequence[str], referen
         "## Final metrics\n",
         *(to_markdown(t) + _reading(t) for t in tables),
         cost_section(runs, by),
+        novel_section(runs, by),
         "## Learning curves\n",
         "Average test accuracy over clients vs round; line = mean over seeds, band = ± sample std.\n",
         f"![learning curves]({curves.name})\n",
