@@ -69,7 +69,8 @@ def test_adaptfed_novel_client_changes_only_its_part(part: str) -> None:
     assert not any(n.startswith("hnet.embeddings") for n in changed)  # the trained clients' z stay as they are
 
 
-def test_adapt_command_adds_a_part_and_refuses_other_changes(tmp_path: Path) -> None:
+def test_adapt_command_adds_a_part_and_refuses_other_changes(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("timm")
     cfg = load_config(None, [*BASE, *FOCAL, "method=adaptfed", "novel.holdout=0.25"])
     run_experiment(cfg, tmp_path / "run", progress=False)
@@ -79,6 +80,11 @@ def test_adapt_command_adds_a_part_and_refuses_other_changes(tmp_path: Path) -> 
     assert set(saved) == {"embedding", "hypernetwork"} and len(saved["hypernetwork"]["mean_accuracy"]) == 2
     with pytest.raises(FedhetError, match="changes only the adaptation"):
         adapt_run(tmp_path / "run", ["train.lr=0.1"])
+    from fedhet.cli import main
+
+    assert main(["adapt", str(tmp_path / "run"), "novel.part=embedding", "novel.epochs=1", "-q"]) == 0
+    assert "adapting 'embedding' for 1 epochs" in capsys.readouterr().out
+    assert main(["adapt", str(tmp_path / "run"), "rounds=3"]) == 2  # one clear error, no traceback
     with pytest.raises(FedhetError, match="not a fedhet run directory"):
         adapt_run(tmp_path, [])
 
