@@ -37,7 +37,8 @@ def test_held_out_by_share_or_name() -> None:
 
 
 def test_held_out_clients_are_never_sampled_nor_averaged(tmp_path: Path) -> None:
-    cfg = load_config(None, [*BASE, "method=fedavg", "novel.holdout=0.25", "server.fraction_fit=0.5", "rounds=3"])
+    cfg = load_config(None, [*BASE, "method=fedavg", "novel.holdout=0.25", "server.fraction_fit=0.5", "rounds=3",
+                             "eval.pooled_test=true"])
     exp = build_experiment(cfg)
     novel = set(exp.arrangement.novel)
     assert len(novel) == 2 and exp.arrangement.pool(8) == [c for c in range(8) if c not in novel]
@@ -45,6 +46,9 @@ def test_held_out_clients_are_never_sampled_nor_averaged(tmp_path: Path) -> None
     names = {exp.data.clients[c].name for c in novel}
     assert not names & set(result.final)  # training-time averages leave them out
     assert {r["client"] for r in result.summary["novel"]["clients"]} == names
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    pooled = [r["num_examples"] for r in rows if r["client"] == "pooled"]
+    assert pooled and set(pooled) == {sum(len(c.test) for i, c in enumerate(exp.data.clients) if i not in novel)}
 
 
 def _alg_server(extra: list[str]):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torch.utils.data import ConcatDataset
 from tqdm.auto import tqdm
 
 from fedhet.config import ExperimentConfig
@@ -163,15 +164,17 @@ class RoundLoop:
                                         f"{DIVERGED_ADVICE}")
 
     def evaluate_round(self, rnd: int) -> float:
-        """Evaluate every client's deployed model; returns the average test accuracy."""
-        info = self.exp.round_info(rnd)
-        messages = {cid: self.alg.broadcast(self.server, info, self.exp.arrangement.state_of[cid])
-                    for cid in self.exp.arrangement.pool(len(self.exp.data.clients))}
+        """Evaluate every training client's deployed model (held-out clients wait for the end); returns the
+        average test accuracy."""
+        info, pool = self.exp.round_info(rnd), self.exp.arrangement.pool(len(self.exp.data.clients))
+        messages = {cid: self.alg.broadcast(self.server, info, self.exp.arrangement.state_of[cid]) for cid in pool}
         rows = client_rows(rnd, "test", self.clients.evaluate(rnd, messages, "test"))
         if self.cfg.eval.val:
             rows += client_rows(rnd, "val", self.clients.evaluate(rnd, messages, "val"))
         if self.cfg.eval.pooled_test and not self.alg.personalized:
-            pooled = evaluate(self.alg.server_model(self.server), self.exp.data.pooled_test(), self.exp.device)
+            tests = ConcatDataset([self.exp.data.clients[c].test for c in pool]) if self.exp.arrangement.novel \
+                else self.exp.data.pooled_test()
+            pooled = evaluate(self.alg.server_model(self.server), tests, self.exp.device)
             rows.append({"round": rnd, "client": "pooled", "split": "pooled", **pooled})
         self.metrics.extend(rows)
         return float(next(r["accuracy"] for r in rows if r["client"] == "avg" and r["split"] == "test"))
