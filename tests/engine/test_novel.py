@@ -56,12 +56,13 @@ def _alg_server(extra: list[str]):
     return exp, exp.algorithm, exp.init_server()
 
 
-@pytest.mark.parametrize("part", ["embedding", "hypernetwork"])
-def test_adaptfed_novel_client_changes_only_its_part(part: str) -> None:
+@pytest.mark.parametrize("part, extra", [("embedding", []), ("hypernetwork", []),
+                                         ("embedding", ["method_args.descriptor=label_histogram"])])
+def test_adaptfed_novel_client_changes_only_its_part(part: str, extra: list[str]) -> None:
     pytest.importorskip("timm")
-    exp, alg, server = _alg_server([f"novel.part={part}"])
+    exp, alg, server = _alg_server([f"novel.part={part}", *extra])
     cid, trained = exp.arrangement.novel[0], exp.arrangement.pool(len(exp.data.clients))
-    novel = alg.novel_model(server, cid, part, trained)
+    novel = alg.novel_model(server, exp.context(cid, 1), part, trained)
     hnet = alg.hypernet(server)
     assert torch.allclose(novel.module.z, hnet.embeddings.weight[trained].mean(0))  # starts at the mean z
     before = {n: p.detach().clone() for n, p in novel.module.named_parameters()}

@@ -34,7 +34,7 @@ from torch import nn
 from fedhet.algorithms.base import Algorithm
 from fedhet.algorithms.registry import register
 from fedhet.core.aggregation import average, client_weights
-from fedhet.core.contract import ClientState, FitStats, NovelModel, RoundInfo, ServerState, Work
+from fedhet.core.contract import ClientContext, ClientState, FitStats, NovelModel, RoundInfo, ServerState, Work
 from fedhet.core.messages import Message, Reply
 from fedhet.core.params import StateDict
 from fedhet.data.show import split_labels
@@ -134,9 +134,13 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
         """The trained xi and P_i; with the task-aware variant also s_i, the client's label frequencies."""
         reply, new_state = super().finish(work, state, stats)
         if self.params.descriptor == "label_histogram":
-            counts = np.bincount(split_labels(work.ctx.data.train), minlength=self.num_classes)
-            reply.arrays[DESCRIPTOR_KEY] = torch.as_tensor(counts / max(counts.sum(), 1), dtype=torch.float32)
+            reply.arrays[DESCRIPTOR_KEY] = self.descriptor(work.ctx)
         return reply, new_state
+
+    def descriptor(self, ctx: ClientContext) -> torch.Tensor:
+        """s_i of the task-aware variant: the client's training label frequencies."""
+        counts = np.bincount(split_labels(ctx.data.train), minlength=self.num_classes)
+        return torch.as_tensor(counts / max(counts.sum(), 1), dtype=torch.float32)
 
     # ------------------------------------------------------------------ server side
     def init_server(self) -> HyperServerState:
@@ -157,11 +161,11 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
             generated = self.hypernet(server)(client_id)
         return Message(arrays={**server.model, **{k: v.detach().clone() for k, v in generated.items()}})
 
-    def novel_model(self, server: HyperServerState, client_id: int, part: str, trained: list[int]
+    def novel_model(self, server: HyperServerState, ctx: ClientContext, part: str, trained: list[int]
                     ) -> NovelModel | None:
         """A held-out client: xi-bar and P = h(phi; z_new), z_new starting at the mean of the trained clients'
-        embeddings (spec §2.8 [S]); part embedding / auto trains z_new only, hypernetwork trains phi too. Other
-        parts (and Vanilla-T): the engine's generic model."""
+        embeddings (spec §2.8 [S]), conditioned on its own label frequencies when task-aware; part embedding /
+        auto trains z_new only, hypernetwork trains phi too. Other parts (and Vanilla-T): the engine's."""
         if self.params.generator == "local" or part not in ("auto", "embedding", "hypernetwork"):
             return None
         hnet = self.hypernet(server)
@@ -170,7 +174,8 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
         model.load_state_dict(server.model, strict=False)
         for p in [*model.parameters(), *hnet.parameters()]:
             p.requires_grad_(False)
-        generated = GeneratedModel(model, hnet, z_new)
+        generated = GeneratedModel(model, hnet, z_new, self.descriptor(ctx) if self.params.descriptor != "none"
+                                   else None)
         if part == "hypernetwork":
             phi = hnet.phi_parameters()
             for p in phi:
@@ -206,12 +211,13 @@ class GeneratedModel(nn.Module):
     """A novel client's model (Sec. 4.2.6, spec §2.8): xi-bar fixed, P = h(phi; z_new) regenerated at every
     forward, so training it moves z_new (and phi when the hypernetwork is trainable)."""
 
-    def __init__(self, model: nn.Module, hnet: HyperNetwork, z: torch.Tensor) -> None:
+    def __init__(self, model: nn.Module, hnet: HyperNetwork, z: torch.Tensor,
+                 descriptor: torch.Tensor | None = None) -> None:
         super().__init__()
-        self.model, self.hnet, self.z = model, hnet, nn.Parameter(z.clone())
+        self.model, self.hnet, self.z, self.descriptor = model, hnet, nn.Parameter(z.clone()), descriptor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        generated = self.hnet.generate_from_embedding(self.z)
+        generated = self.hnet.generate_from_embedding(self.z, self.descriptor)
         return torch.func.functional_call(self.model, generated, (x,), strict=False)  # type: ignore[no-any-return]
 
 

@@ -153,10 +153,10 @@ class Algorithm(Generic[S, C, W]):
         """The model this client would deploy: received shared part + its local part."""
         return Deployment(self.client_model(msg, state))
 
-    def novel_model(self, server: S, client_id: int, part: str, trained: list[int]) -> NovelModel | None:
-        """A held-out client's model to adapt, when this method has its own for `part` (engine/novel.py; AdaptFED:
-        z_new through the hypernetwork); None: the engine's (the deployed model, `part` trainable). `trained`:
-        the ids of the clients that took part in training."""
+    def novel_model(self, server: S, ctx: ClientContext, part: str, trained: list[int]) -> NovelModel | None:
+        """A held-out client's model to adapt (`ctx`: the client and its data), when this method has its own for
+        `part` (engine/novel.py; AdaptFED: z_new through the hypernetwork); None: the engine's (the deployed
+        model, `part` trainable). `trained`: the ids of the clients that took part in training."""
         return None
 
 

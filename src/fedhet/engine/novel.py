@@ -68,7 +68,7 @@ def generic_novel_model(exp: Experiment, server: Any, client_id: int, part: str)
 def novel_model(exp: Experiment, server: Any, client_id: int, part: str, trained: list[int]) -> NovelModel:
     """The method's own novel-client model when it has one for `part`, else the generic one ("auto": personal
     parameters of a personalized method that keeps some, else all)."""
-    own = exp.algorithm.novel_model(server, client_id, part, trained)
+    own = exp.algorithm.novel_model(server, exp.context(client_id, exp.config.rounds), part, trained)
     if own is not None:
         return own
     if part != "auto":
