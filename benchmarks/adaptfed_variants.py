@@ -58,7 +58,8 @@ def measure(overrides: list[str], clients: int = 5) -> dict[str, Any]:
 def row(name: str, m: dict[str, Any]) -> str:
     c, t = m["counts"], m["traffic"]
     gen = f"{format_params(c['phi'])} + {format_params(c['embedding'])}" if c else "– (P_i kept by each client)"
-    return (f"| {name} | {format_params(m['p'])} | {gen} | {format_params(c.get("emitted")) if c else "–"} | "
+    emitted = format_params(c["emitted"]) if c else "–"
+    return (f"| {name} | {format_params(m['p'])} | {gen} | {emitted} | "
             f"{t['down_params']:,.0f} / {t['up_params']:,.0f} | "
             f"{t['down_bytes'] / 1024:.0f} / {t['up_bytes'] / 1024:.0f} KiB | "
             f"{1000 * m['generate_s']:.0f} ms + {1000 * m['aggregate_s']:.0f} ms | {m['fit_s']:.2f} s |")
