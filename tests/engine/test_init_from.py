@@ -50,3 +50,12 @@ def test_a_grey_model_loads_an_rgb_backbone(tmp_path) -> None:
     load_backbone(grey, tmp_path / "rgb.pt", head=False)
     stem = next(k for k, v in rgb.state_dict().items() if v.ndim == 4)
     assert torch.equal(grey.state_dict()[stem], rgb.state_dict()[stem].sum(1, keepdim=True))
+
+
+def test_a_missing_init_from_file_is_one_clear_error_before_anything_runs(tmp_path, capsys) -> None:
+    from fedhet.cli import main
+
+    assert main(["run", *SOURCE, f"model.init_from={tmp_path / 'none.pt'}", "rounds=1", f"run.out_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "no such file; pretrain it first" in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir())  # nothing written

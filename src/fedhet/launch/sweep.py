@@ -148,6 +148,9 @@ def check_plan(plan: SweepPlan, prefix: bool = True) -> list[tuple[ExperimentCon
             if repr(cfg.data) not in specs:
                 specs[repr(cfg.data)] = resolve_spec(cfg.data)
             spec = specs[repr(cfg.data)]
+            if cfg.model.init_from and not Path(cfg.model.init_from).is_file():
+                raise ConfigError(f"model.init_from={cfg.model.init_from!r}: no such file; pretrain it first "
+                                  "(fedhet pretrain CONFIG --out PATH) or leave init_from unset")
             cls = ALGORITHMS.get(cfg.method)
             params = method_params(cfg)
             size = cfg.data.image_size or spec.default_image_size
