@@ -90,6 +90,8 @@ def test_a_finished_run_made_with_another_config_is_an_error_not_a_skip(tmp_path
     config_yaml = next(tmp_path.rglob("config.yaml"))  # a run made before fedhet had model.init_from
     config_yaml.write_text(config_yaml.read_text().replace("  init_from: null\n", ""))
     assert [status for _, status in check_plan(plan_sweep(cfg))] == ["finished"]  # the default: no difference
-    newer = from_dict(ExperimentConfig, {**cfg.to_dict(), "model": {**cfg.to_dict()["model"], "init_from": "b.pt"}})
-    with pytest.raises(ConfigError, match=r"model.init_from: None there, 'b.pt' now"):
+    (tmp_path / "b.pt").write_bytes(b"")
+    pretrained = str(tmp_path / "b.pt")
+    newer = from_dict(ExperimentConfig, {**cfg.to_dict(), "model": {**cfg.to_dict()["model"], "init_from": pretrained}})
+    with pytest.raises(ConfigError, match=r"model.init_from: None there, '.*b.pt' now"):
         check_plan(plan_sweep(newer))
