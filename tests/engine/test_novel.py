@@ -87,8 +87,10 @@ def test_adapt_command_adds_a_part_and_refuses_other_changes(tmp_path: Path,
         adapt_run(tmp_path / "run", ["train.lr=0.1"])
     from fedhet.cli import main
 
-    assert main(["adapt", str(tmp_path / "run"), "novel.part=embedding", "novel.epochs=1", "-q"]) == 0
+    assert main(["adapt", str(tmp_path / "run"), "novel.part=embedding", "novel.epochs=1", "novel.lr=0.5", "-q"]) == 0
     assert "adapting 'embedding' for 1 epochs" in capsys.readouterr().out
+    saved = json.loads((tmp_path / "run" / "novel.json").read_text())  # another lr is another entry
+    assert set(saved) == {"embedding", "hypernetwork", "embedding@lr=0.5"} and saved["embedding@lr=0.5"]["lr"] == 0.5
     assert main(["adapt", str(tmp_path / "run"), "rounds=3"]) == 2  # one clear error, no traceback
     with pytest.raises(FedhetError, match="not a fedhet run directory"):
         adapt_run(tmp_path, [])

@@ -6,7 +6,7 @@ only `part` of its model on its own training split, one epoch at a time, evaluat
 the first epoch and after every epoch. What a part means is the method's: `Algorithm.novel_model` builds it
 (AdaptFED: z_new alone, or the hypernetwork too); otherwise the client's deployed model with its personal
 parameters ("personal") or all of them ("all") trainable. Results go to novel.json in the run directory, one
-entry per part, so `fedhet adapt RUN novel.part=...` adds another.
+entry per part (and per novel.lr when one is given), so `fedhet adapt RUN novel.part=...` adds another.
 """
 
 from __future__ import annotations
@@ -129,6 +129,7 @@ def adapt_novel(exp: Experiment, server: Any, held: list[int], run_dir: Path, pr
               "mean_accuracy": [sum(r["accuracy"][e] for r in rows) / n for e in range(cfg.epochs + 1)]}
     path = run_dir / NOVEL_FILE
     existing = json.loads(path.read_text()) if path.is_file() else {}
-    atomic_write_text(path, json.dumps({**existing, part: result}, indent=1))
+    key = part if cfg.lr is None else f"{part}@lr={cfg.lr:g}"  # another lr adds an entry, keeps the default's
+    atomic_write_text(path, json.dumps({**existing, key: result}, indent=1))
     return result
 
