@@ -33,16 +33,16 @@ from fedhet.report.novel import NOVEL_FILE
 def held_out(cfg: NovelConfig, names: list[str], seed: int) -> list[int]:
     """Sorted ids of the held-out clients: `cfg.clients` by name, or round(holdout x n) drawn from the seed (at
     least one, and at least one client left to train)."""
+    if not cfg.active:
+        return []
     if cfg.clients:
         unknown = [c for c in cfg.clients if c not in names]
         if unknown:
             raise ConfigError(f"novel.clients names unknown clients {unknown}; the clients are {', '.join(names)}")
         ids = sorted(names.index(c) for c in cfg.clients)
-    elif cfg.holdout > 0:
+    else:
         k = max(1, round(cfg.holdout * len(names)))
         ids = sorted(int(i) for i in numpy_rng(seed, "novel").choice(len(names), size=k, replace=False))
-    else:
-        return []
     if len(ids) >= len(names):
         raise ConfigError("novel: every client is held out, none would train; hold out fewer")
     return ids
@@ -56,8 +56,7 @@ def generic_novel_model(exp: Experiment, server: Any, client_id: int, part: str)
     named = dict(model.named_parameters())
     if part == "all":
         return NovelModel(model, list(named.values()), "all")
-    parts = getattr(alg, "parts", None)
-    local = parts.local_keys() if parts is not None else set()
+    local = alg.parts.local_keys()
     params = [p for n, p in named.items() if n in local]
     if part != "personal" or not params:
         raise ConfigError(f"novel.part={part}: method {alg.name} has no such part (it keeps "
@@ -113,13 +112,13 @@ def adapt_client(exp: Experiment, server: Any, client_id: int, cfg: NovelConfig,
             "final": accuracies[-1], "best": max(accuracies), "epochs_to_reach": epochs_to_reach(accuracies, cfg.reach)}
 
 
-def adapt_novel(exp: Experiment, server: Any, held: list[int], run_dir: Path, progress: bool = True
-                ) -> dict[str, Any]:
-    """Adapt every held-out client; merge the result into run_dir/novel.json under its part, and return it."""
+def adapt_novel(exp: Experiment, server: Any, run_dir: Path, progress: bool = True) -> dict[str, Any]:
+    """Adapt every held-out client (`exp.arrangement.novel`); merge the result into run_dir/novel.json under its
+    part, and return it."""
     cfg = exp.config.novel
-    trained = [c for c in range(len(exp.data.clients)) if c not in held]
+    trained = exp.arrangement.pool(len(exp.data.clients))
     rows = [adapt_client(exp, server, cid, cfg, trained)
-            for cid in tqdm(held, desc="novel clients", disable=not progress, unit="client")]
+            for cid in tqdm(exp.arrangement.novel, desc="novel clients", disable=not progress, unit="client")]
     part = rows[0]["part"]
     n = len(rows)
     result = {"part": part, "epochs": cfg.epochs, "lr": cfg.lr or exp.config.train.lr, "reach": cfg.reach,

@@ -37,4 +37,4 @@ def adapt_run(run_dir: str | Path, overrides: list[str], progress: bool = True) 
             raise FedhetError(f"{run_dir} held no clients out of training (novel.holdout=0 and no novel.clients), "
                               "so every client is already trained; run again with e.g. novel.holdout=0.3")
         payload = load_checkpoint(rundir.latest_checkpoint, make_executor(exp).checkpoint_config(cfg.to_dict()))
-        return adapt_novel(exp, payload["server"], list(exp.arrangement.novel), rundir.path, progress)
+        return adapt_novel(exp, payload["server"], rundir.path, progress)

@@ -52,6 +52,5 @@ def run_experiment(cfg: ExperimentConfig, run_dir: str | Path | None = None, res
         if exp.arrangement.novel and result.rounds_completed >= cfg.rounds:
             from fedhet.engine.novel import adapt_novel
 
-            result.summary["novel"] = adapt_novel(exp, loop.server, list(exp.arrangement.novel), path,
-                                                  progress and not cfg.run.quiet)
+            result.summary["novel"] = adapt_novel(exp, loop.server, path, progress and not cfg.run.quiet)
         return result

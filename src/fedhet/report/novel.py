@@ -9,6 +9,7 @@ from typing import Any
 
 from fedhet.report.cost import format_params
 from fedhet.report.runs import RunRecord
+from fedhet.report.table import Cell, format_cell, mean_std
 
 NOVEL_FILE = "novel.json"
 
@@ -27,8 +28,8 @@ def novel_results(runs: Sequence[RunRecord], by: str = "method") -> dict[tuple[s
 
 
 def _pct(values: list[float]) -> str:
-    mean = 100 * statistics.fmean(values)
-    return f"{mean:.2f} ± {100 * statistics.stdev(values):.2f}" if len(values) > 1 else f"{mean:.2f}"
+    """'85.23 ± 1.20' (%) over runs; the mean alone for one run."""
+    return format_cell(Cell(*mean_std(values), len(values)), percent=True)
 
 
 def novel_section(runs: Sequence[RunRecord], by: str = "method", heading: bool = True) -> str:
