@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedhet.config import DataConfig, TrainConfig
+from fedhet.core.optim import make_optimizer
 from fedhet.core.params import StateDict
 from fedhet.data import build_federated_data
 from fedhet.data.fda import fda_transfer
@@ -83,19 +84,12 @@ def stylise(x: Tensor, styles: Tensor, band: int, chunk: int = 512) -> Tensor:
                       for i in range(0, len(x), chunk)])
 
 
-def _optimizer(model: nn.Module, train: TrainConfig, lr: float) -> torch.optim.Optimizer:
-    if train.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=lr, momentum=train.momentum, weight_decay=train.weight_decay)
-    cls = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
-    return cls(model.parameters(), lr=lr, weight_decay=train.weight_decay)
-
-
 def pretrain(model: nn.Module, source: SourceData, epochs: int, train: TrainConfig, lr: float,
              device: torch.device) -> float:
     """Supervised pre-training on (x, y) for `epochs` epochs (train config's optimizer and batch size, random
     horizontal flips when the dataset allows them, torch's global RNG); returns the last epoch's mean loss."""
     x, y = source.x.to(device), source.y.to(device)
-    opt, bs, n = _optimizer(model, train, lr), train.batch_size, len(y)
+    opt, bs, n = make_optimizer(model.parameters(), train, lr), train.batch_size, len(y)
     model.train()
     mean = float("nan")
     for _ in range(epochs):

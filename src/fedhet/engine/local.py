@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -22,6 +22,7 @@ from fedhet.algorithms.base import Algorithm
 from fedhet.config import TrainConfig
 from fedhet.core.contract import ClientContext, ClientState, FitStats, LocalPass, OptimSpec, PassStats, minimize
 from fedhet.core.messages import Message
+from fedhet.core.optim import build_optimizer, make_optimizer  # noqa: F401  (make_optimizer: engine.local's API)
 from fedhet.core.params import frozen
 from fedhet.engine.batching import batches
 from fedhet.engine.evaluation import evaluate
@@ -29,21 +30,6 @@ from fedhet.engine.finite import check_finite
 from fedhet.losses.classification import cross_entropy
 
 AnyAlgorithm = Algorithm[Any, Any, Any]
-
-
-def build_optimizer(spec: OptimSpec) -> torch.optim.Optimizer:
-    """SGD (momentum, weight decay), Adam (L2 weight decay) or AdamW (decoupled) over the trainable params."""
-    params = [p for p in spec.params if p.requires_grad]
-    if spec.kind == "adam":
-        return torch.optim.Adam(params, lr=spec.lr, betas=spec.betas, weight_decay=spec.weight_decay)
-    if spec.kind == "adamw":
-        return torch.optim.AdamW(params, lr=spec.lr, betas=spec.betas, weight_decay=spec.weight_decay)
-    return torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
-
-
-def make_optimizer(params: Iterable[nn.Parameter], cfg: TrainConfig, lr: float | None = None) -> torch.optim.Optimizer:
-    """The train config's optimizer over `params` (those with requires_grad)."""
-    return build_optimizer(OptimSpec.from_train(list(params), cfg, lr))
 
 
 class PassOptimizers:

@@ -176,7 +176,7 @@ FunctionalOptimizer = SGD | Adam
 
 
 def optimizer_for(cfg: TrainConfig, lr: float | None = None) -> FunctionalOptimizer:
-    """The functional twin of `engine.local.make_optimizer(cfg)`: same algorithm and hyperparameters."""
+    """The functional twin of `core.optim.make_optimizer(cfg)`: same algorithm and hyperparameters."""
     lr = cfg.lr if lr is None else lr
     if cfg.optimizer == "adam":
         return Adam(lr=lr, weight_decay=cfg.weight_decay)
@@ -186,7 +186,7 @@ def optimizer_for(cfg: TrainConfig, lr: float | None = None) -> FunctionalOptimi
 
 
 def optimizer_of(spec: OptimSpec) -> FunctionalOptimizer:
-    """The functional twin of `engine.local.build_optimizer(spec)`: same algorithm and hyperparameters."""
+    """The functional twin of `core.optim.build_optimizer(spec)`: same algorithm and hyperparameters."""
     if spec.kind == "adam":
         return Adam(lr=spec.lr, weight_decay=spec.weight_decay)
     if spec.kind == "adamw":
