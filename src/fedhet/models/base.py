@@ -103,6 +103,13 @@ def check_norm(model: str, norm: str) -> None:
         raise ConfigError(f"model '{model}': norm must be one of {', '.join(NORMS)}, got {norm!r}")
 
 
+def positive(model: str, name: str, value: object) -> int:
+    """`value` as a positive int, else a ConfigError naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"model '{model}': {name} must be a positive integer, got {value!r}")
+    return value
+
+
 def check_image_shape(model: str, input_shape: Sequence[int], min_side: int = 1) -> tuple[int, int, int]:
     """Validate a (C, H, W) image shape and return it."""
     if len(input_shape) != 3:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fedhet.models.base import SplitModel, no_pretrained, register_model
-from fedhet.models.focal_sequence import check_token_ids, positive, sequence_length
+from fedhet.models.base import SplitModel, no_pretrained, positive, register_model
+from fedhet.models.focal_sequence import check_token_ids, sequence_length
 
 
 class CharLSTMEncoder(nn.Module):

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedhet.errors import ConfigError, FedhetError
-from fedhet.models.base import SplitModel, no_pretrained, register_model
+from fedhet.models.base import SplitModel, no_pretrained, positive, register_model
 
 
 class CausalFocalModulation(nn.Module):
@@ -115,13 +115,6 @@ def sequence_length(model: str, input_shape: Sequence[int]) -> int:
         raise ConfigError(f"model '{model}' needs token-id sequences, input_shape (length,), got "
                           f"{tuple(input_shape)}; use a text dataset such as 'shakespeare'")
     return int(input_shape[0])
-
-
-def positive(model: str, name: str, value: object) -> int:
-    """`value` as a positive int, else a ConfigError naming the argument."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"model '{model}': {name} must be a positive integer, got {value!r}")
-    return value
 
 
 @register_model("focal_sequence")

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from fedhet.errors import ConfigError, FedhetError
-from fedhet.models.base import SplitModel, check_image_shape, register_model
+from fedhet.models.base import SplitModel, check_image_shape, positive, register_model
 
 TIMM_MISSING = "{what} needs the package 'timm' (the model architectures): pip install 'fedhet[vision]'"
 
@@ -41,18 +41,12 @@ def import_timm_module(module: str, what: str) -> Any:
         raise FedhetError(TIMM_MISSING.format(what=what)) from e
 
 
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"model 'focalnet': {name} must be a positive integer, got {value!r}")
-    return value
-
-
 def _per_stage(name: str, value: int | Sequence[int], stages: int) -> tuple[int, ...]:
     """An int for every stage, or one value per stage."""
     values = [value] * stages if isinstance(value, int) else list(value)
     if len(values) != stages:
         raise ConfigError(f"model 'focalnet': {name} needs one value per stage ({stages}), got {value!r}")
-    return tuple(_positive(name, v) for v in values)
+    return tuple(positive("focalnet", name, v) for v in values)
 
 
 def focalnet_min_side(patch_size: int, stages: int) -> int:
@@ -114,12 +108,12 @@ def focalnet_model(
     per stage; `focal_level` / `focal_window` are one value or one per stage (window of level l is
     focal_window + 2l, spec §2.5). `checkpoint` loads a matching local state dict; `pretrained=True` needs it.
     """
-    blocks = tuple(_positive("depths", d) for d in ([depths] if isinstance(depths, int) else depths))
+    blocks = tuple(positive("focalnet", "depths", d) for d in ([depths] if isinstance(depths, int) else depths))
     if not blocks:
         raise ConfigError("model 'focalnet': depths needs at least one stage, e.g. [8] or [2, 2]")
     stages = len(blocks)
-    _positive("embed_dim", embed_dim)
-    _positive("patch_size", patch_size)
+    positive("focalnet", "embed_dim", embed_dim)
+    positive("focalnet", "patch_size", patch_size)
     if not mlp_ratio > 0 or not 0.0 <= drop_path_rate < 1.0:
         raise ConfigError("model 'focalnet': mlp_ratio must be > 0 and drop_path_rate in [0, 1)")
     if pretrained and not checkpoint:
