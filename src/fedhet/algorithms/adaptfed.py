@@ -17,13 +17,17 @@ paper; Table 9's "mlp" / "norm" / "encoder"; any selector list; "all" = every pa
 Our choices where the paper is silent (docs/adaptfed.md): the hypernetwork starts near the model's initial P
 (`init_from_model`, its head biases at those values), so every client's first P_i is a small perturbation of
 one initialisation instead of an arbitrary scale; the hypernetwork's defaults are FedTP's (embedding 32, hidden
-100, one hidden layer, SGD lr 0.01 momentum 0.9 wd 1e-3); `rank` (low-rank conditioning) is our design (the
-paper gives no method text for it).
+100, one hidden layer, SGD lr 0.01 momentum 0.9 wd 1e-3). Our designs for the paper's "low-rank hypernetwork
+conditioning" (no method text, spec §2.6): `rank` factors the generator's output, P_i = B + U_i V_i^T with B in
+phi (the messages still carry P_i in full); `lora_rank` makes P_i the factors themselves: LoRA (peft) on the
+personalized layers, their pretrained weights frozen on every client and never sent, the hypernetwork emitting
+only each client's LoRA factors, so only xi and the factors travel.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,16 +36,20 @@ import torch
 from torch import nn
 
 from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.peft_fl import seed_of
 from fedhet.algorithms.registry import register
+from fedhet.config import ServerConfig, TrainConfig
 from fedhet.core.aggregation import average, client_weights
 from fedhet.core.contract import ClientContext, ClientState, FitStats, NovelModel, RoundInfo, ServerState, Work
 from fedhet.core.messages import Message, Reply
 from fedhet.core.params import StateDict
 from fedhet.data.show import split_labels
 from fedhet.errors import ConfigError, unknown_choice
+from fedhet.models import SplitModel
 from fedhet.models.hypernet import HyperNetwork
 from fedhet.models.hypernet_update import ClientUpdate, HyperNetworkUpdater, HyperUpdateConfig
 from fedhet.models.param_partition import ParamPartition, split_parameters
+from fedhet.models.peft.lora import LoraSplit, lora_on_parameters
 
 GENERATORS = ("hypernet", "local")
 DESCRIPTORS = ("none", "label_histogram")
@@ -55,7 +63,9 @@ class AdaptFEDParams:
     step (`HyperUpdateConfig`: lr, momentum, weight_decay, sign, weighting, weight_embedding, aggregation,
     embedding_update, max_grad_norm; e.g. method_args.update.sign=paper); descriptor: "label_histogram" = the
     task-aware embeddings (ours, spec §2.6): z_i is joined by g_psi(s_i), s_i the client's training label
-    frequencies, sent in its replies; init_from_model: generated P starts near the model's initial P."""
+    frequencies, sent in its replies; lora_rank: P = rank-r LoRA factors on the personalized layers, their
+    weights frozen and never sent (ours, module docstring); init_from_model: generated P starts near the model's
+    initial P."""
 
     personalize: list[str] = field(default_factory=lambda: ["focal_modulation"])
     generator: str = "hypernet"
@@ -63,6 +73,7 @@ class AdaptFEDParams:
     hidden_dim: int = 100
     n_hidden: int = 1
     rank: int | None = None
+    lora_rank: int | None = None
     descriptor: str = "none"
     init_from_model: bool = True
     update: HyperUpdateConfig = field(default_factory=HyperUpdateConfig)
@@ -74,6 +85,12 @@ class AdaptFEDParams:
             raise unknown_choice("adaptfed descriptor", self.descriptor, DESCRIPTORS)
         if self.descriptor != "none" and self.generator == "local":
             raise ConfigError("adaptfed: a task descriptor conditions the hypernetwork; generator=local has none")
+        if self.lora_rank is not None:
+            if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1:
+                raise ConfigError(f"adaptfed: lora_rank must be an integer >= 1, got {self.lora_rank!r}")
+            if self.rank is not None:
+                raise ConfigError("adaptfed: choose one low-rank variant: rank factors the generated P (sent in "
+                                  "full), lora_rank makes P LoRA factors (only they are sent); unset the other")
 
 
 @dataclass(kw_only=True)
@@ -85,8 +102,13 @@ class HyperServerState(ServerState):
 
 
 def partition_of(model: nn.Module, personalize: list[str]) -> ParamPartition:
-    """P and xi of `model`: "all" = every parameter is P (pFedHN-T)."""
-    return split_parameters(model, ["*"] if personalize == ["all"] else personalize)
+    """P and xi of `model`: "all" = every parameter is P (pFedHN-T); a ConfigError saying how to choose P."""
+    try:
+        return split_parameters(model, ["*"] if personalize == ["all"] else personalize)
+    except ConfigError as err:
+        raise ConfigError(f"adaptfed: {err}. P defaults to FocalNet's focal-modulation projections: use "
+                          "model.name=focalnet, or name the parameters to personalize in "
+                          "method_args.personalize") from err
 
 
 @register
@@ -99,16 +121,28 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
     modality = "focal-modulation"  # its default P needs a FocalNet backbone (model.name=focalnet)
     server_state_type, client_state_type, work_type = HyperServerState, ClientState, Work
 
+    def __init__(self, params: AdaptFEDParams, model_fn: Callable[[], SplitModel], train: TrainConfig,
+                 server: ServerConfig, num_classes: int, device: torch.device, num_clients: int = 0) -> None:
+        self.lora: LoraSplit | None = None
+        build = model_fn if params.lora_rank is None else (lambda: self.with_lora(model_fn(), params))
+        super().__init__(params, build, train, server, num_classes, device, num_clients)
+
+    def with_lora(self, model: SplitModel, params: AdaptFEDParams) -> SplitModel:
+        """`model` with LoRA factors on the layers owning P (drawn from a seed of its initial weights)."""
+        assert params.lora_rank is not None
+        personalized = partition_of(model, list(params.personalize)).p
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed_of(model))
+            self.lora = lora_on_parameters(model, personalized, params.lora_rank)
+        return model
+
     def shared_keys(self, model: nn.Module) -> set[str]:
         """Everything travels both ways (xi-bar and the generated P_i down, the trained xi and P_i up); with
-        generator=local, P stays on the client."""
-        try:  # the partition is needed here already: the base class splits the model by these keys
-            self.partition = partition_of(model, list(self.params.personalize))
-        except ConfigError as err:
-            raise ConfigError(f"adaptfed: {err}. P defaults to FocalNet's focal-modulation projections: use "
-                              "model.name=focalnet, or name the parameters to personalize in "
-                              "method_args.personalize") from err
-        keys = set(model.state_dict())
+        generator=local, P stays on the client; with lora_rank, P is the LoRA factors and the frozen weights
+        under them never travel."""
+        # the partition is needed here already: the base class splits the model by these keys
+        self.partition = partition_of(model, list(self.lora.factors) if self.lora else list(self.params.personalize))
+        keys = set(model.state_dict()) - set(self.lora.frozen if self.lora else ())
         return keys - set(self.partition.p) if self.params.generator == "local" else keys
 
     # ------------------------------------------------------------------ the hypernetwork
@@ -135,6 +169,10 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
         reply, new_state = super().finish(work, state, stats)
         if self.params.descriptor == "label_histogram":
             reply.arrays[DESCRIPTOR_KEY] = self.descriptor(work.ctx)
+        if self.lora:  # frozen weights are the initial ones on every client: not kept per client
+            frozen = set(self.lora.frozen)
+            new_state = dataclasses.replace(new_state, local={k: v for k, v in new_state.local.items()
+                                                              if k not in frozen})
         return reply, new_state
 
     def descriptor(self, ctx: ClientContext) -> torch.Tensor:

@@ -11,6 +11,7 @@ projections are Linear layers named `query`/`key`/`value` (fedhet's vl_transform
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
@@ -77,3 +78,35 @@ def apply_lora(model: nn.Module, projections: str | Sequence[str] = "qk", rank: 
 def lora_param_count(d: int, rank: int, n_layers: int, n_projections: int = 2) -> int:
     """LoRA parameters on square d x d projections: n_layers x n_projections x (d*r + r*d)."""
     return n_layers * n_projections * 2 * d * rank
+
+
+LORA_MODULES = (nn.Linear, nn.Conv1d, nn.Conv2d)  # what fedhet wraps with peft's LoRA by parameter name
+
+
+@dataclass(frozen=True)
+class LoraSplit:
+    """After `lora_on_parameters`: the LoRA factors it added and the wrapped modules' frozen original tensors
+    (peft's `<module>.base_layer.*`), both in `named_parameters` order."""
+
+    factors: tuple[str, ...]
+    frozen: tuple[str, ...]
+
+
+def lora_on_parameters(model: nn.Module, names: Sequence[str], rank: int, alpha: float | None = None) -> LoraSplit:
+    """LoRA of rank `rank` (peft, B = 0 at start: the model's function is unchanged) on every module owning one
+    of the parameters `names` (Linear / Conv layers), in place: those modules' original weights and biases are
+    frozen; every other parameter stays trainable. AdaptFED's factor-only variant (ours, spec §2.6)."""
+    owners = sorted({n.rsplit(".", 1)[0] for n in names})
+    modules = dict(model.named_modules())
+    unsupported = {o: type(modules[o]).__name__ for o in owners if not isinstance(modules.get(o), LORA_MODULES)}
+    if unsupported:
+        raise ConfigError(f"LoRA wraps Linear / Conv1d / Conv2d layers; the personalized parameters include "
+                          f"{unsupported}: personalize layers of those types (e.g. focal_modulation, "
+                          "attention_qkv, mlp) or leave lora_rank unset")
+    apply_lora(model, owners, rank=rank, alpha=alpha)
+    bases = tuple(f"{o}.base_layer." for o in owners)
+    frozen = tuple(n for n, _ in model.named_parameters() if n.startswith(bases))
+    for n, p in model.named_parameters():
+        p.requires_grad_(not n.startswith(bases))
+    factors = tuple(n for n, _ in model.named_parameters() if "lora_" in n)
+    return LoraSplit(factors=factors, frozen=frozen)
