@@ -29,7 +29,7 @@ VARIANTS: dict[str, list[str]] = {
     "AdaptFED (full rank)": [],
     "AdaptFED, rank 8 (ours)": ["method_args.rank=8"],
     "AdaptFED, rank 2 (ours)": ["method_args.rank=2"],
-    "AdaptFED, LoRA factors r=8 (ours)": ["method_args.lora_rank=8"],
+    "AdaptFED, LoRA factors r=4 (ours)": ["method_args.lora_rank=4"],
     "AdaptFED, LoRA factors r=2 (ours)": ["method_args.lora_rank=2"],
     "AdaptFED, task-aware (ours)": ["method_args.descriptor=label_histogram"],
     "Vanilla-T": ["method_args.generator=local"],
