@@ -70,6 +70,22 @@ def test_vanilla_t_keeps_P_local() -> None:
     assert not set(alg.partition.p) & set(msg.arrays) and set(alg.partition.p) <= alg.parts.local_keys()
 
 
+def test_plus_fedper_keeps_the_head_on_the_client() -> None:
+    from fedhet.engine.local import fit_client
+    from fedhet.errors import ConfigError
+
+    exp, alg, server = setup("method_args.local_head=true")
+    head = {k for k in alg.parts.init_state if k.startswith("head.")}
+    info = exp.round_info(1)
+    msg = alg.broadcast(server, info, 0)
+    assert head and not head & set(msg.arrays) and set(alg.partition.p) <= set(msg.arrays)
+    reply, state = fit_client(alg, msg, alg.init_client(0), exp.context(0, 1))
+    assert not head & set(reply.arrays) and head <= set(state.local)
+    assert any(not torch.equal(state.local[k], alg.parts.init_state[k]) for k in head)  # it trained locally
+    with pytest.raises(ConfigError, match="local_head keeps the classification head"):
+        setup("method_args.local_head=true", "method_args.personalize=[all]")
+
+
 def test_task_aware_descriptor_is_sent_and_conditions_the_generator() -> None:
     import numpy as np
 

@@ -57,7 +57,8 @@ def _alg_server(extra: list[str]):
 
 
 @pytest.mark.parametrize("part, extra", [("embedding", []), ("hypernetwork", []),
-                                         ("embedding", ["method_args.descriptor=label_histogram"])])
+                                         ("embedding", ["method_args.descriptor=label_histogram"]),
+                                         ("embedding", ["method_args.local_head=true"])])
 def test_adaptfed_novel_client_changes_only_its_part(part: str, extra: list[str]) -> None:
     pytest.importorskip("timm")
     exp, alg, server = _alg_server([f"novel.part={part}", *extra])
@@ -69,7 +70,9 @@ def test_adaptfed_novel_client_changes_only_its_part(part: str, extra: list[str]
     accuracies = train_novel(exp, novel, cid, exp.config.novel)
     assert len(accuracies) == 3
     changed = {n for n, p in novel.module.named_parameters() if not torch.equal(p, before[n])}
-    assert "z" in changed and not any(n.startswith("model.") for n in changed)  # xi-bar never moves
+    head = {n for n in changed if n.startswith("model.head.")}  # +FedPER: the site trains its own head
+    assert bool(head) == ("method_args.local_head=true" in extra)
+    assert "z" in changed and not any(n.startswith("model.") for n in changed - head)  # xi-bar never moves
     assert any(n.startswith("hnet.") for n in changed) == (part == "hypernetwork")
     assert not any(n.startswith("hnet.embeddings") for n in changed)  # the trained clients' z stay as they are
 

@@ -64,7 +64,8 @@ class AdaptFEDParams:
     embedding_update, max_grad_norm; e.g. method_args.update.sign=paper); descriptor: "label_histogram" = the
     task-aware embeddings (ours, spec §2.6): z_i is joined by g_psi(s_i), s_i the client's training label
     frequencies, sent in its replies; lora_rank: P = rank-r LoRA factors on the personalized layers, their
-    weights frozen and never sent (ours, module docstring); init_from_model: generated P starts near the model's
+    weights frozen and never sent (ours, module docstring); local_head: "+FedPER" (Sec. 4.3.1, Table 7): the
+    classification head stays on each client, out of xi; init_from_model: generated P starts near the model's
     initial P."""
 
     personalize: list[str] = field(default_factory=lambda: ["focal_modulation"])
@@ -74,6 +75,7 @@ class AdaptFEDParams:
     n_hidden: int = 1
     rank: int | None = None
     lora_rank: int | None = None
+    local_head: bool = False
     descriptor: str = "none"
     init_from_model: bool = True
     update: HyperUpdateConfig = field(default_factory=HyperUpdateConfig)
@@ -138,11 +140,17 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
 
     def shared_keys(self, model: nn.Module) -> set[str]:
         """Everything travels both ways (xi-bar and the generated P_i down, the trained xi and P_i up); with
-        generator=local, P stays on the client; with lora_rank, P is the LoRA factors and the frozen weights
-        under them never travel."""
+        generator=local, P stays on the client, and with local_head the head; with lora_rank, P is the LoRA
+        factors and the frozen weights under them never travel."""
         # the partition is needed here already: the base class splits the model by these keys
         self.partition = partition_of(model, list(self.lora.factors) if self.lora else list(self.params.personalize))
         keys = set(model.state_dict()) - set(self.lora.frozen if self.lora else ())
+        if self.params.local_head:  # +FedPER: the head is the client's own
+            head = {k for k in keys if k.startswith("head.")}
+            if head & set(self.partition.p):
+                raise ConfigError("adaptfed: local_head keeps the classification head on each client, so the "
+                                  "hypernetwork cannot generate it; personalize parameters outside the head")
+            keys -= head
         return keys - set(self.partition.p) if self.params.generator == "local" else keys
 
     # ------------------------------------------------------------------ the hypernetwork
@@ -203,7 +211,8 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
                     ) -> NovelModel | None:
         """A held-out client: xi-bar and P = h(phi; z_new), z_new starting at the mean of the trained clients'
         embeddings (spec §2.8 [S]), conditioned on its own label frequencies when task-aware; part embedding /
-        auto trains z_new only, hypernetwork trains phi too. Other parts (and Vanilla-T): the engine's."""
+        auto trains z_new only, hypernetwork trains phi too; with local_head the site's head trains as well.
+        Other parts (and Vanilla-T): the engine's."""
         if self.params.generator == "local" or part not in ("auto", "embedding", "hypernetwork"):
             return None
         hnet = self.hypernet(server)
@@ -214,12 +223,12 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
             p.requires_grad_(False)
         generated = GeneratedModel(model, hnet, z_new, self.descriptor(ctx) if self.params.descriptor != "none"
                                    else None)
-        if part == "hypernetwork":
-            phi = hnet.phi_parameters()
-            for p in phi:
-                p.requires_grad_(True)
-            return NovelModel(generated, [generated.z, *phi], "hypernetwork")
-        return NovelModel(generated, [generated.z], "embedding")
+        # +FedPER: the new site has no head of its own yet; it trains one from the initial head beside z_new
+        head = [p for n, p in model.named_parameters() if n.startswith("head.")] if self.params.local_head else []
+        phi = hnet.phi_parameters() if part == "hypernetwork" else []
+        for p in [*head, *phi]:
+            p.requires_grad_(True)
+        return NovelModel(generated, [generated.z, *phi, *head], "hypernetwork" if phi else "embedding")
 
     def aggregate(self, server: HyperServerState, replies: list[Reply], info: RoundInfo) -> HyperServerState:
         """FedAvg of xi (Eq. 3), then the hypernetwork's VJP step with each client's Delta P_i (Eqs. 8-11)."""
