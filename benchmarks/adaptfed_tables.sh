@@ -2,10 +2,11 @@
 # AdaptFED (docs/results/adaptfed.md): the stand-in pretrained backbones, then the structure of Tables 2/4 (AdaptFED
 # + ten baselines x {pathological, Dirichlet 0.3} x {50, 100 clients}), Table 9 (which component is generated),
 # Table 8 (novel clients, then the whole-hypernetwork adaptation of the trained runs), Table 10 (Dirichlet alpha
-# sweep, 100 clients), and the paper-layout tables. Sweeps skip finished runs and resume interrupted ones, so the
+# sweep, 100 clients), AdaptFED's variants (factor-only LoRA, task-aware, +FedPER, the hypernetwork's step size),
+# Table 6 (Shakespeare), Fed-SFDA on PACS from the ImageNet EfficientNet-Lite0, and the paper-layout tables. Sweeps skip finished runs and resume interrupted ones, so the
 # script can be stopped and restarted; stages run in this order unless one is named. SEEDS=1 runs seed 1 only.
 # Needs FEDHET_DATA (MNIST for the pretraining) and the Debian package dataset-fashion-mnist.
-#   bash benchmarks/adaptfed_tables.sh [pretrain|tables|tables100|personalize|novel|alpha|reports]
+#   bash benchmarks/adaptfed_tables.sh [pretrain|tables|tables100|personalize|novel|alpha|variants|shakespeare|sfda|reports]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FEDHET=${FEDHET:-.venv/bin/fedhet}
@@ -45,6 +46,19 @@ if [[ $what == all || $what == alpha ]]; then
     $FEDHET sweep configs/adaptfed/alpha.yaml data.alpha=$a name=adaptfed_alpha$a --seeds "$SEEDS" -q
   done
 fi
+if [[ $what == all || $what == variants ]]; then
+  $FEDHET sweep configs/adaptfed/variants.yaml --seeds "$SEEDS" -q
+fi
+if [[ $what == all || $what == shakespeare ]]; then
+  $FEDHET sweep configs/adaptfed/shakespeare.yaml --seeds "$SEEDS" -q
+fi
+if [[ $what == all || $what == sfda ]]; then  # 5 pre-training epochs at 64 px: about 20 min on one core
+  sfda=runs/sfda_pacs_effnet/pacs/fed_sfda/seed0
+  resume=$([[ -n $(ls $sfda/checkpoints 2>/dev/null) ]] && echo --resume || true)
+  [[ -f $sfda/summary.json ]] || $FEDHET run configs/adaptfed/sfda_pacs.yaml $resume \
+    model.name=efficientnet_lite0 model.pretrained=true data.image_size=64 method_args.source.image_size=64 \
+    method_args.pretrain_epochs=5 name=sfda_pacs_effnet -q
+fi
 if [[ $what == all || $what == reports ]]; then
   mkdir -p $OUT
   tables=$(for n in adaptfed_path50 adaptfed_dir03 adaptfed_path100 adaptfed_dir03_100; do [[ -d runs/$n ]] && echo runs/$n; done)
@@ -52,5 +66,6 @@ if [[ $what == all || $what == reports ]]; then
   [[ -d runs/adaptfed_novel ]] && $PY benchmarks/adaptfed_tables.py runs/adaptfed_novel --novel --out $OUT/novel.md
   alphas=$(for a in 0.1 0.3 0.5 0.7 0.9; do [[ -d runs/adaptfed_alpha$a ]] && echo runs/adaptfed_alpha$a; done)
   [[ -n $alphas ]] && $PY benchmarks/adaptfed_tables.py $alphas --out $OUT/alpha.md
-  for n in adaptfed_path50 adaptfed_dir03 adaptfed_novel; do [[ -d runs/$n ]] && $FEDHET report runs/$n --out $OUT/$n; done
+  [[ -d runs/adaptfed_shakespeare ]] && $PY benchmarks/adaptfed_tables.py runs/adaptfed_shakespeare --out $OUT/shakespeare.md
+  for n in adaptfed_path50 adaptfed_dir03 adaptfed_novel adaptfed_shakespeare sfda_pacs_effnet; do [[ -d runs/$n ]] && $FEDHET report runs/$n --out $OUT/$n; done
 fi
