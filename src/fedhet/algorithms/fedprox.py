@@ -59,6 +59,7 @@ class FedProx(Algorithm[ServerState, ClientState, ProxWork]):
     server_state_type = ServerState
     client_state_type = ClientState
     work_type = ProxWork
+    call_params = frozenset({"mu"})  # read in `loss` only
 
     @dataclass
     class Params:

@@ -100,9 +100,13 @@ def where_of(alg: AnyAlgorithm, ctx: ClientContext, local_pass: LocalPass) -> st
     return f"{alg.name}{part} client {ctx.client_id} round {ctx.round}"
 
 
-def fit_client(alg: AnyAlgorithm, msg: Message, state: ClientState, ctx: ClientContext
-               ) -> tuple[Message, ClientState]:
-    """One client's local training from the received `msg`: start, passes, finish. `state` is not modified."""
+def fit_client(alg: AnyAlgorithm, msg: Message, state: ClientState, ctx: ClientContext,
+               check: Dataset[Any] | None = None) -> tuple[Message, ClientState]:
+    """One client's local training from the received `msg`: start, passes, finish. `state` is not modified.
+
+    `check`: a split to evaluate the locally trained model on (FedPop's score, the validation loss of w_i^k
+    before aggregation); its loss and accuracy join the reply's scalars as `check_loss` / `check_accuracy`.
+    It runs on a forked RNG, so training and every later draw are the same with or without it."""
     work = alg.start(msg, state, ctx)
     stats, optim = FitStats(), dict(state.optim)
     for local_pass in alg.passes(work):
@@ -112,6 +116,11 @@ def fit_client(alg: AnyAlgorithm, msg: Message, state: ClientState, ctx: ClientC
         if local_pass.report:
             stats.loss, stats.steps, stats.examples = done.loss, done.steps, done.examples
     reply, new_state = alg.finish(work, state, stats)
+    if check is not None:
+        with torch.random.fork_rng(devices=[]):
+            metrics = evaluate(work.model, check, ctx.device, batch_size=alg.train_cfg.batch_size,
+                               classes=ctx.data.classes)
+        reply.scalars.update(check_loss=metrics["loss"], check_accuracy=metrics["accuracy"])
     return reply, dataclasses.replace(new_state, optim=optim)
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from torch.utils.data import Dataset
 
+from fedhet.algorithms.base import Algorithm
 from fedhet.core.contract import ClientState
 from fedhet.core.messages import Message, Reply
 from fedhet.core.seeding import EVALUATE, FIT, client_stream, seeded
@@ -21,18 +23,25 @@ class InProcessClients:
         self.alg = exp.algorithm
         self.train_data = exp.arrangement.train
         self.states: dict[int, ClientState] = {i: self.alg.init_client(i) for i in range(len(self.train_data))}
+        self.check_split: str | None = None  # "val": fit replies carry check_loss / check_accuracy on it
 
     @property
     def num_train_clients(self) -> int:
         return len(self.train_data)
 
-    def fit(self, rnd: int, messages: dict[int, Message]) -> list[Reply]:
-        """Local training of the given clients; their new states replace the old ones only at the end."""
+    def fit(self, rnd: int, messages: dict[int, Message],
+            algorithms: Mapping[int, Algorithm[Any, Any, Any]] | None = None) -> list[Reply]:
+        """Local training of the given clients; their new states replace the old ones only at the end.
+
+        `algorithms`: a client's own copy of the method (`Algorithm.with_hparams`: FedPop's beta^k), else the
+        run's. With `check_split` set (e.g. "val"), each reply carries the trained model's loss on that split."""
         replies, new_states = [], dict(self.states)
         for cid, msg in messages.items():
             ctx = self.exp.context(cid, rnd, self.train_data[cid])
+            alg = (algorithms or {}).get(cid, self.alg)
+            check = getattr(ctx.data, self.check_split) if self.check_split else None
             with seeded(*client_stream(self.exp.config.seed, rnd, cid, FIT)):
-                out, new_states[cid] = fit_client(self.alg, msg, self.states[cid], ctx)
+                out, new_states[cid] = fit_client(alg, msg, self.states[cid], ctx, check=check)
             replies.append(Reply(cid, out, ctx.data.num_train))
         self.states = new_states
         return replies

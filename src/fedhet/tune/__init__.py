@@ -8,6 +8,7 @@ resamples, anneals and samples the Delta-ball. See docs/tune.md.
 from fedhet.tune.apply import (
     apply_vector,
     check_space,
+    hparams_of,
     to_overrides,
     tunable_keys,
     vector_from_dict,
@@ -43,6 +44,7 @@ __all__ = [
     "anneal",
     "apply_vector",
     "check_space",
+    "hparams_of",
     "delta",
     "delta_ball",
     "discrete_step",

@@ -63,6 +63,14 @@ def _check_key(role: str, key: str, cfg: ExperimentConfig, keys: Mapping[str, An
         other = "client" if role == "server" else "server"
         raise ConfigError(f"search space: '{key}' is {_ROLE_NAMES[other]} hyperparameter; list it under "
                           f"{other}:, not {role}:")
+    if section == "method_args":
+        from fedhet.algorithms.registry import ALGORITHMS
+
+        per_call = ALGORITHMS.get(cfg.method).call_params
+        if key.split(".")[1] not in per_call:
+            raise ConfigError(f"search space: method '{cfg.method}' reads {key} when it is built, so it cannot "
+                              f"differ per client or member; its per-call method_args: "
+                              f"{', '.join(sorted(per_call)) or 'none'}")
     if key == "train.local_epochs" and cfg.train.local_steps is not None:
         raise ConfigError(f"search space: train.local_epochs is tuned but train.local_steps={cfg.train.local_steps} "
                           "overrides it; set train.local_steps=null or drop train.local_epochs from the space")
@@ -113,6 +121,15 @@ def apply_vector(cfg: ExperimentConfig, space: Space, vec: Mapping[str, float]) 
     for key, value in space.values(vec).items():
         set_path(tree, key, value)
     return load_config(base=tree)
+
+
+def hparams_of(cfg: ExperimentConfig, space: Space, vec: Mapping[str, float]) -> tuple[TrainConfig, ServerConfig, Any]:
+    """(train, server, method Params) of `cfg` with the HP vector applied and validated: what
+    `Algorithm.with_hparams` takes for one client (beta^k) or one member (alpha)."""
+    from fedhet.engine.experiment import method_params
+
+    applied = apply_vector(cfg, space, vec)
+    return applied.train, applied.server, method_params(applied)
 
 
 def vector_to_dict(space: Space, vec: Mapping[str, float]) -> dict[str, Any]:
