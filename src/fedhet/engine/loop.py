@@ -13,15 +13,12 @@ from torch.utils.data import ConcatDataset
 from tqdm.auto import tqdm
 
 from fedhet.config import ExperimentConfig
-from fedhet.core.messages import traffic
-from fedhet.core.seeding import seeded
 from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.engine.evaluation import evaluate
 from fedhet.engine.executor import ClientExecutor, ClientsFailed
 from fedhet.engine.experiment import Experiment
-from fedhet.engine.finite import DIVERGED_ADVICE, first_nonfinite
+from fedhet.engine.rounds import fit_and_aggregate, sample_round
 from fedhet.engine.rundir import RunDirectory, client_rows
-from fedhet.engine.sampling import sample_clients
 from fedhet.engine.signals import StopSignals
 from fedhet.errors import ConfigError, FedhetError, TrainingDivergedError
 
@@ -149,19 +146,9 @@ class RoundLoop:
     # -------------------------------------------------------------- one round
     def train_round(self, rnd: int) -> None:
         self.clients.begin_round(rnd)
-        pool = self.exp.arrangement.pool(self.clients.num_train_clients)  # held-out (novel) clients never train
-        sampled = [pool[i] for i in sample_clients(self.cfg.seed, rnd, len(pool), self.cfg.server.fraction_fit,
-                                                   self.cfg.server.min_fit_clients)]
-        info = self.exp.round_info(rnd)
-        messages = {cid: self.alg.broadcast(self.server, info, cid) for cid in sampled}
-        replies = self.clients.fit(rnd, messages)
-        self.traffic = traffic(list(messages.values()), [r.message for r in replies])
-        with seeded(self.cfg.seed, rnd, "aggregate"):
-            self.server = self.alg.aggregate(self.server, replies, info)
-        bad = first_nonfinite(self.server)
-        if bad is not None:  # a finite last loss can still leave infinite weights: never commit them
-            raise TrainingDivergedError(f"the server state {bad} became NaN/inf after aggregation in round {rnd}; "
-                                        f"{DIVERGED_ADVICE}")
+        sampled = sample_round(self.exp, self.clients.num_train_clients, rnd)
+        trained = fit_and_aggregate(self.exp, self.alg, self.server, rnd, sampled, self.clients.fit)
+        self.server, self.traffic = trained.server, trained.traffic
 
     def evaluate_round(self, rnd: int) -> float:
         """Evaluate every training client's deployed model (held-out clients wait for the end); returns the

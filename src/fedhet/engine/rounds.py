@@ -1,0 +1,50 @@
+"""One round's training step (sample, broadcast, fit, aggregate), shared by `RoundLoop` and anything that runs
+several federations side by side (FedPop's population, docs/design_fedpop_runner.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedhet.core.messages import Message, Reply, traffic
+from fedhet.core.seeding import seeded
+from fedhet.engine.experiment import Experiment
+from fedhet.engine.finite import DIVERGED_ADVICE, first_nonfinite
+from fedhet.engine.sampling import sample_clients
+from fedhet.errors import TrainingDivergedError
+
+Fit = Callable[[int, dict[int, Message]], list[Reply]]
+
+
+@dataclass
+class TrainedRound:
+    """The server state after aggregation, the clients' replies and the round's traffic per client."""
+
+    server: Any
+    replies: list[Reply]
+    traffic: dict[str, float] = field(default_factory=dict)
+
+
+def sample_round(exp: Experiment, num_train_clients: int, rnd: int) -> list[int]:
+    """The clients that train in round `rnd` (held-out novel clients never do), drawn from (seed, round)."""
+    cfg = exp.config
+    pool = exp.arrangement.pool(num_train_clients)
+    return [pool[i] for i in sample_clients(cfg.seed, rnd, len(pool), cfg.server.fraction_fit,
+                                            cfg.server.min_fit_clients)]
+
+
+def fit_and_aggregate(exp: Experiment, alg: Any, server: Any, rnd: int, sampled: list[int], fit: Fit) -> TrainedRound:
+    """Broadcast to `sampled`, train them with `fit` (an executor's `fit`, or one bound to per-client copies of
+    the method), aggregate under the (seed, round) stream; a non-finite server state is a TrainingDivergedError."""
+    info = exp.round_info(rnd)
+    messages = {cid: alg.broadcast(server, info, cid) for cid in sampled}
+    replies = fit(rnd, messages)
+    flows = traffic(list(messages.values()), [r.message for r in replies])
+    with seeded(exp.config.seed, rnd, "aggregate"):
+        server = alg.aggregate(server, replies, info)
+    bad = first_nonfinite(server)
+    if bad is not None:  # a finite last loss can still leave infinite weights: never commit them
+        raise TrainingDivergedError(f"the server state {bad} became NaN/inf after aggregation in round {rnd}; "
+                                    f"{DIVERGED_ADVICE}")
+    return TrainedRound(server, replies, flows)
