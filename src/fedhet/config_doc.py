@@ -197,6 +197,10 @@ def render() -> str:
 
     lines += ["## `sweep`", "", "Read by `fedhet sweep` only.", "",
               *table([(f"sweep.{k}", "(none)", SWEEP_MEANINGS.get(k, "")) for k in SWEEP_KEYS])]
+    from fedhet.tune.config import TuneConfig
+
+    lines += ["", "## `tune`", "", "Read by `fedhet tune` only (population-based tuning, docs/tune.md).", "",
+              *table(rows(TuneConfig, "tune."))]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

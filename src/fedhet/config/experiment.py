@@ -37,6 +37,7 @@ class ExperimentConfig:
     run: RunConfig = field(default_factory=RunConfig)
     novel: NovelConfig = field(default_factory=NovelConfig)  # held-out clients adapted after training
     sweep: dict[str, Any] = field(default_factory=dict)  # methods / seeds / datasets for `fedhet sweep`
+    tune: dict[str, Any] = field(default_factory=dict)  # search space and tuner for `fedhet tune` (fedhet.tune.config)
     imports: list[str] = field(default_factory=list)  # plugin modules / .py files, imported by validate()
 
     def validate(self) -> None:

@@ -14,16 +14,18 @@ fallback to sequential training.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import torch
 from torch.utils.data import Dataset
 
+from fedhet.algorithms.base import Algorithm
 from fedhet.core.contract import ClientState, FitStats, LocalPass
 from fedhet.core.messages import Message, Reply
 from fedhet.core.seeding import FIT, client_stream
 from fedhet.engine.experiment import Experiment
+from fedhet.errors import FedhetError
 from fedhet.runtimes.batched.data import BatchStream, ClientRng
 from fedhet.runtimes.batched.lanes import PassRunner
 from fedhet.runtimes.batched.memory import MB, clients_per_chunk, default_budget_bytes, lane_bytes
@@ -91,8 +93,14 @@ class BatchedClients(InProcessClients):
         budget = int(run.batched_memory_mb * MB) if run.batched_memory_mb else default_budget_bytes(exp.device)
         return clients_per_chunk(per_lane, max(modules, 1), budget, run.batched_max_clients)
 
-    def fit(self, rnd: int, messages: dict[int, Message]) -> list[Reply]:
-        """Local training of the given clients, chunk by chunk; states replace the old ones only at the end."""
+    def fit(self, rnd: int, messages: dict[int, Message],
+            algorithms: Mapping[int, Algorithm[Any, Any, Any]] | None = None) -> list[Reply]:
+        """Local training of the given clients, chunk by chunk; states replace the old ones only at the end.
+        Per-client copies of the method (`algorithms`, fedhet tune) are not laned yet: they run in-process."""
+        if algorithms or self.check_split:
+            raise FedhetError("the batched runtime trains every client with the run's own method and settings; "
+                              "per-client hyperparameters and validation checks (fedhet tune) need "
+                              "run.runtime=inprocess")
         cids = list(messages)
         replies: dict[int, Reply] = {}
         new_states = dict(self.states)
