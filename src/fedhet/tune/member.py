@@ -1,0 +1,62 @@
+"""One configuration of a tuning population, FedPop's "member" (spec fedpop.md §2.1): its server vector alpha,
+its client centre beta^0, the active clients' local vectors beta^k, its own federation (server state, client
+states) and its score history; and the method copies that train and aggregate with those hyperparameters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedhet.algorithms.base import Algorithm
+from fedhet.config import ExperimentConfig
+from fedhet.core.contract import ClientState
+from fedhet.tune.apply import hparams_of
+from fedhet.tune.space import HPVector, SearchSpace
+
+AnyAlgorithm = Algorithm[Any, Any, Any]
+MAX_CACHED = 1024
+
+
+@dataclass
+class Member:
+    """A configuration and its federation. `betas` are beta^1..beta^K of the current local search (empty:
+    resample around `beta0` next round, spec §2.2); `history` holds s_i per round (the mean validation loss of
+    its active clients, §2.5) since it was (re)initialised in round `born`; `parent` is the slot it was copied
+    from by FedPop-G (None for an initial configuration)."""
+
+    slot: int
+    alpha: HPVector
+    beta0: HPVector
+    server: Any
+    clients: dict[int, ClientState] = field(default_factory=dict)
+    betas: list[HPVector] = field(default_factory=list)
+    history: list[float] = field(default_factory=list)
+    born: int = 0
+    parent: int | None = None
+    alive: bool = True
+
+    def values(self, space: SearchSpace) -> dict[str, Any]:
+        """{dotted key: config value} of Concat(alpha, beta^0): the configuration as a user would set it."""
+        return space.joint.values({**self.alpha, **self.beta0})
+
+
+class MethodCopies:
+    """Copies of the experiment's method configured with an HP vector (`Algorithm.with_hparams`), resolved once
+    per distinct vector: a client trains with Concat(alpha_i, beta_i^k), a member aggregates with
+    Concat(alpha_i, beta_i^0)."""
+
+    def __init__(self, cfg: ExperimentConfig, base: AnyAlgorithm, space: SearchSpace) -> None:
+        self.cfg, self.base, self.space = cfg, base, space
+        self._cache: dict[tuple[tuple[str, float], ...], AnyAlgorithm] = {}
+
+    def of(self, alpha: Mapping[str, float], beta: Mapping[str, float]) -> AnyAlgorithm:
+        """The method with alpha's server and beta's client hyperparameters."""
+        vec = {**alpha, **beta}
+        key = tuple(sorted((k, float(v)) for k, v in vec.items()))
+        if key not in self._cache:
+            if len(self._cache) >= MAX_CACHED:  # continuous local vectors rarely repeat: keep the cache bounded
+                self._cache.clear()
+            train, server, params = hparams_of(self.cfg, self.space.joint, vec)
+            self._cache[key] = self.base.with_hparams(train=train, server=server, params=params)
+        return self._cache[key]

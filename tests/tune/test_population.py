@@ -1,0 +1,66 @@
+"""The tuning population (FedPop runner S6): with fixed vectors and no search between rounds, each member is
+exactly the federation `fedhet run` trains for its configuration; with the Delta-ball its clients train with
+their own local vectors, and every member is scored by its active clients' validation losses."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedhet.config import load_config
+from fedhet.engine.checkpoint import load_checkpoint
+from fedhet.engine.experiment import build_experiment
+from fedhet.launch.run import run_experiment
+from fedhet.tune import apply_vector, check_space
+from fedhet.tune.config import resolve_space, tune_config
+from fedhet.tune.population import Population
+
+BASE = ["data.dataset=offline_digits", "data.val_fraction=0.2", "model.name=mlp", "train.local_steps=3", "rounds=3",
+        "run.num_threads=1", "run.quiet=true", "server.fraction_fit=0.5", "eval.every=3", "tune.configs=2",
+        "tune.fedpop_l=false", "tune.fedpop_g=false",
+        "tune.space={client: {train.lr: {type: log_uniform, low: -2, high: -0.5}, "
+        "train.batch_size: {type: choice, values: [8, 16]}}, server: {server.lr: {type: log_uniform, low: -0.3, "
+        "high: 0.3}}}"]
+
+
+def population(*extra: str) -> Population:
+    cfg = load_config(None, [*BASE, *extra])
+    tune = tune_config(cfg)
+    space = resolve_space(tune)
+    check_space(space, cfg)
+    pop = Population(build_experiment(cfg), tune, space)
+    pop.start()
+    for rnd in range(1, cfg.rounds + 1):
+        pop.play_round(rnd)
+    return pop
+
+
+def test_each_member_is_the_run_of_its_configuration(tmp_path: Path) -> None:
+    pop = population("tune.clients=fixed")
+    assert len(pop.members) == 2 and pop.members[0].values(pop.space) != pop.members[1].values(pop.space)
+    for member in pop.members:
+        cfg = apply_vector(pop.exp.config, pop.space.joint, {**member.alpha, **member.beta0})
+        cfg.tune = {}
+        result = run_experiment(cfg, tmp_path / f"member{member.slot}", progress=False)
+        ref = load_checkpoint(result.run_dir / "checkpoints" / "latest.pt", cfg.to_dict())["server"]
+        assert all(torch.equal(member.server.model[k], ref.model[k]) for k in ref.model)
+        assert len(member.history) == 3 and all(s > 0 for s in member.history)
+
+
+def test_ball_clients_train_with_their_own_vectors_and_the_member_is_scored_by_them() -> None:
+    pop = population("tune.clients=ball")
+    for member in pop.members:
+        assert len(member.betas) == 2 and member.betas[0] != member.betas[1]  # one vector per active client
+        assert member.betas[0] != member.beta0
+        assert member.history[-1] == pytest.approx(statistics.fmean(pop.last_scores[member.slot]))
+    fixed = population("tune.clients=fixed")  # the same (alpha, beta0): the clients' own vectors change the model
+    assert [(m.alpha, m.beta0) for m in fixed.members] == [(m.alpha, m.beta0) for m in pop.members]
+    assert all(any(not torch.equal(a.server.model[k], b.server.model[k]) for k in a.server.model)
+               for a, b in zip(fixed.members, pop.members, strict=True))
+    again = population("tune.clients=ball")  # the tuner's draws are re-derived from the seed
+    assert [m.betas for m in again.members] == [m.betas for m in pop.members]
+    assert all(torch.equal(a.server.model[k], b.server.model[k])
+               for a, b in zip(again.members, pop.members, strict=True) for k in a.server.model)
