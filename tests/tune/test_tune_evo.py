@@ -44,13 +44,14 @@ def test_continuous_steps_stay_within_delta_and_use_all_of_it() -> None:
         assert step.max() > 0.95 * bound and step.mean() == pytest.approx(bound / 2, rel=0.1)
 
 
-def test_continuous_steps_are_clipped_to_the_bounds_unless_switched_off() -> None:
+def test_continuous_steps_are_clipped_or_reflected_into_the_bounds() -> None:
     edge = {**CENTER, "train.lr": 0.0, "train.momentum": 0.0}
     clipped = many(0.1, 0.0, edge)
     assert clipped["train.lr"].max() <= 0.0 and clipped["train.momentum"].min() >= 0.0
     assert (clipped["train.lr"] == 0.0).mean() == pytest.approx(0.5, abs=0.05)  # half the steps leave [a, b]
-    free = many(0.1, 0.0, edge, options=EvoOptions(clip=False))
-    assert free["train.lr"].max() > 0.7 and free["train.momentum"].min() < -0.07
+    mirrored = many(0.1, 0.0, edge, options=EvoOptions(boundary="reflect"))
+    assert mirrored["train.lr"].max() <= 0.0 and mirrored["train.momentum"].min() >= 0.0
+    assert (mirrored["train.lr"] == 0.0).mean() < 0.01 and mirrored["train.lr"].min() < -0.3
 
 
 def test_discrete_values_stay_on_the_grid_and_move_to_a_neighbour_or_stay() -> None:

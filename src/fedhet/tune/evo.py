@@ -5,8 +5,9 @@ passed in, coordinate by coordinate in the space's order, so the same seed gives
 
 Where the paper is silent (spec §2.3, §7.3), these are our choices, each a switch in `EvoOptions`:
 
-* `clip=True`: a perturbed continuous coordinate is clipped to [a_j, b_j] (the paper does not say; unclipped
-  values can leave the config's valid range, e.g. momentum >= 1).
+* `boundary="clip"`: a perturbed continuous coordinate is clipped to [a_j, b_j] (the paper does not say; left
+  outside, values can leave the config's valid range, e.g. momentum >= 1); `"reflect"` mirrors it back inside
+  instead, which puts no probability mass on the bound itself.
 * `paper_floor=False`: a discrete step is k = max(1, floor(delta_j)) when delta_j > 0, with delta_j measured on
   the index range (b_j - a_j = n - 1); the paper-literal k = floor(delta_j) is 0 for eps0 = 0.1 and n <= 10, so
   discrete values would move only by resampling. delta_j = 0 (eps annealed to 0) keeps the value either way.
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedhet.errors import ConfigError
 from fedhet.tune.space import Dim, HPVector, Space
 
 EPS0 = 0.1  # initial perturbation intensity epsilon_0 (spec §2.10)
@@ -37,8 +39,12 @@ BALL_RADIUS = 0.2  # Delta-ball half-width, as a share of (b - a), for continuou
 class EvoOptions:
     """Switches for the details Eq. 3 leaves open (module doc)."""
 
-    clip: bool = True  # clip perturbed continuous coordinates to [a, b]
+    boundary: str = "clip"  # a perturbed continuous coordinate past [a, b]: clip to it | reflect back into it
     paper_floor: bool = False  # discrete step k = floor(delta) (paper-literal) instead of max(1, floor(delta))
+
+    def __post_init__(self) -> None:
+        if self.boundary not in ("clip", "reflect"):
+            raise ConfigError(f"Evo boundary must be 'clip' or 'reflect', got {self.boundary!r}")
 
 
 def anneal(x0: float, r: float, r0: float) -> float:
@@ -74,13 +80,15 @@ def _neighbour(dim: Dim, index: int, k: int, rng: np.random.Generator) -> int:
 
 def perturb(dim: Dim, pos: float, eps: float, rng: np.random.Generator,
             options: EvoOptions = EvoOptions()) -> float:
-    """One coordinate of Eq. 3 without resampling: U(h - delta, h + delta) (clipped if `options.clip`), or a
-    neighbour move by `discrete_step` on the grid."""
+    """One coordinate of Eq. 3 without resampling: U(h - delta, h + delta), brought back into [a, b] by
+    `options.boundary`, or a neighbour move by `discrete_step` on the grid."""
     if dim.discrete:
         return _neighbour(dim, int(pos), discrete_step(dim, eps, options), rng)
     d = delta(dim, eps)
     new = float(rng.uniform(pos - d, pos + d))
-    return min(max(new, dim.low), dim.high) if options.clip else new
+    if options.boundary == "reflect":  # mirror at the bound (delta <= b - a, so once is enough)
+        new = 2 * dim.low - new if new < dim.low else 2 * dim.high - new if new > dim.high else new
+    return min(max(new, dim.low), dim.high)
 
 
 def evo(space: Space, vec: Mapping[str, float], eps: float, p_re: float, rng: np.random.Generator,
