@@ -64,3 +64,43 @@ def test_ball_clients_train_with_their_own_vectors_and_the_member_is_scored_by_t
     assert [m.betas for m in again.members] == [m.betas for m in pop.members]
     assert all(torch.equal(a.server.model[k], b.server.model[k])
                for a, b in zip(again.members, pop.members, strict=True) for k in a.server.model)
+
+
+def started(*extra: str) -> Population:
+    cfg = load_config(None, [*BASE, *extra])
+    tune = tune_config(cfg)
+    pop = Population(build_experiment(cfg), tune, resolve_space(tune))
+    pop.start()
+    return pop
+
+
+def test_fedpop_g_gives_the_worst_member_a_copy_of_a_top_members_federation() -> None:
+    pop = started("tune.configs=3", "rounds=4", "tune.g_interval=0.5", "tune.fedpop_g=true")  # T_g = 2
+    pop.play_round(1)
+    assert all(m.parent is None for m in pop.members)  # round 1 is no FedPop-G round
+    before = [dict(m.alpha) for m in pop.members]
+    pop.play_round(2)
+    children = [m for m in pop.members if m.parent is not None]
+    assert len(children) == 1  # floor(3 / rho) with rho = 3
+    child, parent = children[0], pop.members[children[0].parent]
+    assert parent.parent is None and child.born == 2 and child.history == [] and child.betas == []
+    assert all(torch.equal(child.server.model[k], parent.server.model[k]) for k in parent.server.model)
+    assert child.server.model is not parent.server.model  # a copy, not shared
+    assert child.alpha != before[child.slot] and child.alpha != parent.alpha  # Evo of the parent's
+    live_scores = {m.slot: m.history for m in pop.members if m is not child}
+    assert all(len(h) == 2 for h in live_scores.values())
+
+
+def test_fedpop_l_replaces_the_worst_local_vector_inside_its_window_only() -> None:
+    pop = started("tune.fedpop_l=true", "rounds=20", "tune.configs=1", "tune.l_window=0.2")  # T_g 2: window 0.4
+    pop.play_round(1)
+    member, scores = pop.members[0], pop.last_scores[0]
+    worst = max(range(2), key=lambda k: scores[k])
+    pop2 = started("tune.fedpop_l=false", "rounds=20", "tune.configs=1")
+    pop2.play_round(1)
+    drawn = pop2.members[0].betas  # the same Delta-ball draw without FedPop-L
+    assert drawn[1 - worst] == member.betas[1 - worst] and drawn[worst] != member.betas[worst]  # only the worst
+    pop.play_round(2)  # rounds since init = 1 >= 0.2 T_g: the local search has stopped
+    kept = [dict(b) for b in member.betas]
+    pop.play_round(3)
+    assert member.betas == kept

@@ -12,6 +12,7 @@ fixed vectors is the same federation as `fedhet run` of its configuration; the t
 
 from __future__ import annotations
 
+import copy
 import functools
 import statistics
 from typing import Any
@@ -23,7 +24,8 @@ from fedhet.engine.experiment import Experiment
 from fedhet.engine.rounds import fit_and_aggregate, sample_round
 from fedhet.runtimes.inprocess import InProcessClients
 from fedhet.tune.config import TuneConfig
-from fedhet.tune.evo import delta_ball
+from fedhet.tune.evo import anneal, delta_ball
+from fedhet.tune.fedpop import Tried, fedpop_g, fedpop_l, is_g_round, member_score
 from fedhet.tune.member import Member, MethodCopies
 from fedhet.tune.space import HPVector, SearchSpace
 
@@ -41,6 +43,8 @@ class Population:
         self.runner.check_split = "val"
         self.members: list[Member] = []
         self.last_scores: dict[int, list[float]] = {}  # slot -> s_i^k of its active clients, last round
+        self.tried = Tried()  # the distinct alpha / beta that trained (Table 1)
+        self.t_g = tune.g_rounds(exp.config.rounds)
 
     def rng(self, purpose: str, rnd: int, slot: int = 0) -> np.random.Generator:
         """The tuner's own stream for one decision (re-derived, never saved)."""
@@ -85,6 +89,38 @@ class Population:
             scores = [float(r.message.scalars[CHECK_LOSS]) for r in trained.replies]
             self.last_scores[member.slot] = scores
             member.history.append(statistics.fmean(scores))
+            self.tried.note(member.alpha, betas)
+            if self.tune.fedpop_l and self.tune.clients == "ball":
+                self.local_search(member, rnd, scores)
+        if self.tune.fedpop_g and is_g_round(rnd, self.t_g, last=self.exp.config.rounds):
+            self.global_search(rnd)
+
+    def local_search(self, member: Member, rnd: int, scores: list[float]) -> None:
+        """FedPop-L (Alg. 1): the member's worst local vectors become Evo-perturbed copies of its best, for the
+        first l_window * T_g rounds after its (re)initialisation (eps annealed over that window, p_re over R_c)."""
+        since = rnd - member.born - 1
+        t = self.tune
+        member.betas = fedpop_l(member.betas, scores, member.beta0, anneal(t.eps0, since, t.l_window * self.t_g),
+                                anneal(t.p_re0, rnd, self.exp.config.rounds), self.rng("L", rnd, member.slot),
+                                self.space.client, rounds_since_init=since, t_g=self.t_g, share=t.l_window,
+                                rho=t.rho)
+
+    def global_search(self, rnd: int) -> None:
+        """FedPop-G (Alg. 1): the bottom 1/rho of the live members by their power-law score take a top member's
+        weights, server state (its optimizer's too) and client states, and Evo of its (alpha, beta^0); their
+        local vectors are resampled next round and their score history restarts."""
+        live = [m for m in self.members if m.alive]
+        t, rounds = self.tune, self.exp.config.rounds
+        scores = [member_score(m.history, t.score, t.gamma_g, window=self.t_g) for m in live]
+        chosen = fedpop_g([m.alpha for m in live], [m.beta0 for m in live], scores, anneal(t.eps0, rnd, rounds),
+                          anneal(t.p_re0, rnd, rounds), self.rng("G", rnd), self.space.server, self.space.client,
+                          rho=t.rho)
+        parents = {r.top: copy.deepcopy((live[r.top].server, live[r.top].clients)) for r in chosen}
+        for r in chosen:
+            child = live[r.bottom]
+            child.server, child.clients = copy.deepcopy(parents[r.top])
+            child.alpha, child.beta0, child.betas, child.history = dict(r.alpha), dict(r.beta0), [], []
+            child.born, child.parent = rnd, live[r.top].slot
 
     def states_of(self, member: Member) -> dict[int, Any]:
         """Every client's state in `member`'s federation (a client that never trained there: a fresh state)."""
