@@ -35,6 +35,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from fedhet.config import load_config
+    from fedhet.tune.run import run_tuning
+
+    check_stop_after(args.stop_after)
+    config, overrides = config_and_overrides(args)
+    cfg = load_config(config, overrides)
+    if args.quiet:
+        cfg.run.quiet = True
+    result = run_tuning(cfg, args.run_dir, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet,
+                        stop_after=args.stop_after, config_dir=Path(config).parent if config else None)
+    if result.summary:
+        _print_final(result.summary["final"])
+        chosen = result.summary["tune"]
+        print(f"best configuration (member {chosen['selected']}): "
+              + ", ".join(f"{k}={v}" for k, v in chosen["values"].items()))
+        print(f"run it: fedhet run {result.run_dir / 'tune' / 'best_config.yaml'}")
+    else:
+        print(f"stopped after round {result.rounds_completed}; continue with --resume")
+    print(f"results: {result.run_dir}")
+    return 0
+
+
 def _print_novel(novel: dict[str, Any]) -> None:
     """The held-out clients' adaptation (engine/novel.py), one line per client and the mean."""
     print(f"novel clients, adapting '{novel['part']}' for {novel['epochs']} epochs:")

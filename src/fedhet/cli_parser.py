@@ -16,6 +16,7 @@ from fedhet.cli_commands import (
     cmd_report,
     cmd_run,
     cmd_sweep,
+    cmd_tune,
 )
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(*DEBUG_FLAGS, dest="verbose", action="store_true",
                         help="debug logging, and the traceback of any error")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_run, _add_sweep, _add_adapt, _add_report, _add_data, _add_pretrain, _add_flower):
+    for add in (_add_run, _add_sweep, _add_tune, _add_adapt, _add_report, _add_data, _add_pretrain, _add_flower):
         add(sub)
     methods = sub.add_parser("methods", help="list the registered methods")
     methods.set_defaults(func=cmd_methods)
@@ -54,6 +55,20 @@ def _add_run(sub: Subparsers) -> None:
     run.add_argument("--stop-after", type=int, default=None, help="stop (with a checkpoint) after this round")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=cmd_run)
+
+
+def _add_tune(sub: Subparsers) -> None:
+    """`fedhet tune CONFIG [key=value ...]`: population-based hyperparameter tuning (docs/tune.md)."""
+    tune = sub.add_parser("tune", help="tune a method's hyperparameters (FedPop in RS / SHA): fedhet tune CONFIG "
+                                       "[key=value ...]")
+    tune.add_argument("config", nargs="?", help="YAML config with a tune: section (default: built-in defaults)")
+    tune.add_argument("overrides", nargs="*", help="config overrides, e.g. tune.wrapper=sha data.val_fraction=0.2")
+    tune.add_argument("--resume", action="store_true", help="continue the job from its last finished round")
+    tune.add_argument("--overwrite", action="store_true", help="start the job again over an existing checkpoint")
+    tune.add_argument("--run-dir", default=None, help="where to write results (default: runs/NAME/...)")
+    tune.add_argument("--stop-after", type=int, default=None, help="stop (with a checkpoint) after this round")
+    tune.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    tune.set_defaults(func=cmd_tune)
 
 
 def _add_sweep(sub: Subparsers) -> None:

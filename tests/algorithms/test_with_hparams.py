@@ -1,4 +1,4 @@
-"""`Algorithm.with_hparams` (FedPop's per-client / per-member hyperparameters, docs/design_fedpop_runner.md):
+"""`algorithms.base.with_hparams` (FedPop's per-client / per-member hyperparameters, docs/design_fedpop_runner.md):
 a copy configured with other train / server / per-call method values trains and aggregates exactly as an
 algorithm built from a config with those values, and leaves the original untouched."""
 
@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 import torch
 
+from fedhet.algorithms.base import with_hparams
 from fedhet.config import load_config
 from fedhet.core.messages import Reply
 from fedhet.engine.experiment import build_experiment, method_params
@@ -37,7 +38,7 @@ def test_a_copy_with_other_hparams_equals_an_algorithm_built_with_them() -> None
     base = build_experiment(load_config(None, BASE))
     built = build_experiment(load_config(None, [*BASE, *CHANGED]))
     want = built.config
-    copy = base.algorithm.with_hparams(train=want.train, server=want.server, params=method_params(want))
+    copy = with_hparams(base.algorithm, train=want.train, server=want.server, params=method_params(want))
     (got_replies, got), (ref_replies, ref) = fit_and_aggregate(copy, base), fit_and_aggregate(built.algorithm, built)
     for a, b in zip(got_replies, ref_replies, strict=True):
         assert all(torch.equal(a.message.arrays[k], b.message.arrays[k]) for k in b.message.arrays)
@@ -54,7 +55,7 @@ def test_a_copy_with_other_hparams_equals_an_algorithm_built_with_them() -> None
 def test_method_args_read_at_build_cannot_differ_per_call() -> None:
     exp = build_experiment(load_config(None, [*BASE, "method=moon"]))
     with pytest.raises(ConfigError, match=r"reads method_args \['temperature'\] when it is built"):
-        exp.algorithm.with_hparams(params=dataclasses.replace(exp.algorithm.params, temperature=0.1))
+        with_hparams(exp.algorithm, params=dataclasses.replace(exp.algorithm.params, temperature=0.1))
     space = parse_space({"client": {"method_args.temperature": {"type": "uniform", "low": 0.1, "high": 1}}})
     with pytest.raises(ConfigError, match="reads method_args.temperature when it is built"):
         check_space(space, exp.config)

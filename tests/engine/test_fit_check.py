@@ -8,6 +8,7 @@ import dataclasses
 
 import torch
 
+from fedhet.algorithms.base import with_hparams
 from fedhet.config import load_config
 from fedhet.engine.evaluation import evaluate
 from fedhet.engine.experiment import build_experiment
@@ -47,7 +48,7 @@ def test_in_process_clients_use_their_own_copy_and_report_the_check() -> None:
     messages = {cid: alg.broadcast(alg.init_server(), exp.round_info(1), cid) for cid in (0, 1)}
     plain = clients.fit(1, messages)
     clients.check_split = "val"
-    faster = alg.with_hparams(train=dataclasses.replace(exp.config.train, lr=0.5))
+    faster = with_hparams(alg, train=dataclasses.replace(exp.config.train, lr=0.5))
     mixed = clients.fit(1, messages, algorithms={1: faster})
     assert all("check_loss" in r.message.scalars for r in mixed)
     same, other = (any(not torch.equal(a.message.arrays[k], b.message.arrays[k]) for k in a.message.arrays)

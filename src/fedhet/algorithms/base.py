@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Self, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -51,6 +51,7 @@ from fedhet.models import SplitModel
 S = TypeVar("S", bound=ServerState)
 C = TypeVar("C", bound=ClientState)
 W = TypeVar("W", bound=Work)
+A = TypeVar("A", bound="Algorithm[Any, Any, Any]")
 ArraySpec = tuple[tuple[int, ...], torch.dtype]
 
 
@@ -92,28 +93,6 @@ class Algorithm(Generic[S, C, W]):
         template = model_fn().to(device)
         self.server_opt = ServerOptimizer(server)
         self.parts = ModelParts(template, self.shared_keys(template))
-
-    def with_hparams(self, train: TrainConfig | None = None, server: ServerConfig | None = None,
-                     params: Any = None) -> Self:
-        """A shallow copy that trains and aggregates with other hyperparameters (FedPop's per-client beta^k and
-        per-member alpha, docs/design_fedpop_runner.md). It shares everything built in `__init__` (the model
-        bookkeeping and its spare buffers), so copies run one at a time. `params` may differ from this
-        instance's only in `call_params`: the other fields were consumed when the method was built."""
-        if params is not None:
-            changed = sorted(f.name for f in dataclasses.fields(params)
-                             if getattr(params, f.name) != getattr(self.params, f.name))
-            fixed = [name for name in changed if name not in self.call_params]
-            if fixed:
-                per_call = ", ".join(sorted(self.call_params)) or "none"
-                raise ConfigError(f"method '{self.name}' reads method_args {fixed} when it is built, so they cannot "
-                                  f"differ per client or member; per-call method_args: {per_call}")
-        copy = self.__class__.__new__(self.__class__)
-        copy.__dict__.update(self.__dict__)
-        copy.train_cfg = train or self.train_cfg
-        copy.server_cfg = server or self.server_cfg
-        copy.server_opt = ServerOptimizer(copy.server_cfg)
-        copy.params = self.params if params is None else params
-        return copy
 
     # ------------------------------------------------------------------ models
     def shared_keys(self, model: nn.Module) -> set[str]:
@@ -191,3 +170,26 @@ class ModelAlgorithm(Algorithm[ServerState, ClientState, Work]):
     server_state_type = ServerState
     client_state_type = ClientState
     work_type = Work
+
+
+def with_hparams(alg: A, train: TrainConfig | None = None, server: ServerConfig | None = None,
+                 params: Any = None) -> A:
+    """A shallow copy of `alg` that trains and aggregates with other hyperparameters (FedPop's per-client beta^k
+    and per-member alpha, docs/design_fedpop_runner.md). It shares everything built in `__init__` (the model
+    bookkeeping and its spare buffers), so copies run one at a time. `params` may differ from `alg.params` only
+    in `alg.call_params`: the other fields were consumed when the method was built."""
+    if params is not None:
+        changed = sorted(f.name for f in dataclasses.fields(params)
+                         if getattr(params, f.name) != getattr(alg.params, f.name))
+        fixed = [name for name in changed if name not in alg.call_params]
+        if fixed:
+            per_call = ", ".join(sorted(alg.call_params)) or "none"
+            raise ConfigError(f"method '{alg.name}' reads method_args {fixed} when it is built, so they cannot "
+                              f"differ per client or member; per-call method_args: {per_call}")
+    copy = alg.__class__.__new__(alg.__class__)
+    copy.__dict__.update(alg.__dict__)
+    copy.train_cfg = train or alg.train_cfg
+    copy.server_cfg = server or alg.server_cfg
+    copy.server_opt = ServerOptimizer(copy.server_cfg)
+    copy.params = alg.params if params is None else params
+    return copy

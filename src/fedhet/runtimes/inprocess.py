@@ -33,7 +33,7 @@ class InProcessClients:
             algorithms: Mapping[int, Algorithm[Any, Any, Any]] | None = None) -> list[Reply]:
         """Local training of the given clients; their new states replace the old ones only at the end.
 
-        `algorithms`: a client's own copy of the method (`Algorithm.with_hparams`: FedPop's beta^k), else the
+        `algorithms`: a client's own copy of the method (`algorithms.base.with_hparams`: FedPop's beta^k), else the
         run's. With `check_split` set (e.g. "val"), each reply carries the trained model's loss on that split."""
         replies, new_states = [], dict(self.states)
         for cid, msg in messages.items():

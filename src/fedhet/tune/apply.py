@@ -125,7 +125,7 @@ def apply_vector(cfg: ExperimentConfig, space: Space, vec: Mapping[str, float]) 
 
 def hparams_of(cfg: ExperimentConfig, space: Space, vec: Mapping[str, float]) -> tuple[TrainConfig, ServerConfig, Any]:
     """(train, server, method Params) of `cfg` with the HP vector applied and validated: what
-    `Algorithm.with_hparams` takes for one client (beta^k) or one member (alpha)."""
+    `algorithms.base.with_hparams` takes for one client (beta^k) or one member (alpha)."""
     from fedhet.engine.experiment import method_params
 
     applied = apply_vector(cfg, space, vec)

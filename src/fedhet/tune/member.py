@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import Algorithm, with_hparams
 from fedhet.config import ExperimentConfig
 from fedhet.core.contract import ClientState
-from fedhet.tune.apply import hparams_of
+from fedhet.tune.apply import hparams_of, vector_to_dict
 from fedhet.tune.space import HPVector, SearchSpace
 
 AnyAlgorithm = Algorithm[Any, Any, Any]
@@ -38,11 +38,11 @@ class Member:
 
     def values(self, space: SearchSpace) -> dict[str, Any]:
         """{dotted key: config value} of Concat(alpha, beta^0): the configuration as a user would set it."""
-        return space.joint.values({**self.alpha, **self.beta0})
+        return vector_to_dict(space.joint, {**self.alpha, **self.beta0})
 
 
 class MethodCopies:
-    """Copies of the experiment's method configured with an HP vector (`Algorithm.with_hparams`), resolved once
+    """Copies of the experiment's method configured with an HP vector (`with_hparams`), resolved once
     per distinct vector: a client trains with Concat(alpha_i, beta_i^k), a member aggregates with
     Concat(alpha_i, beta_i^0)."""
 
@@ -58,5 +58,5 @@ class MethodCopies:
             if len(self._cache) >= MAX_CACHED:  # continuous local vectors rarely repeat: keep the cache bounded
                 self._cache.clear()
             train, server, params = hparams_of(self.cfg, self.space.joint, vec)
-            self._cache[key] = self.base.with_hparams(train=train, server=server, params=params)
+            self._cache[key] = with_hparams(self.base, train=train, server=server, params=params)
         return self._cache[key]

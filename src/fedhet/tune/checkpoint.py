@@ -1,0 +1,63 @@
+"""A tuning population's checkpoint: `<run>/checkpoints/population.pt`, written atomically after every round
+(the previous file stays valid until the new one is complete), read with the engine's trusted loader (tensors,
+plain data and fedhet's state classes only: nothing in it can run code). The tuner's random draws are re-derived
+from (seed, round, slot), so the members, the round and the counts are all a resume needs to continue exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from fedhet.atomic import atomic_torch_save
+from fedhet.config import ExperimentConfig
+from fedhet.engine.checkpoint import fingerprint
+from fedhet.engine.safe_load import load_trusted
+from fedhet.errors import CheckpointError
+from fedhet.tune.fedpop import Tried
+from fedhet.tune.member import Member
+
+FORMAT = 1
+FILENAME = "population.pt"
+
+
+def tuning_fingerprint(cfg: ExperimentConfig) -> str:
+    """What the results depend on: the experiment (as a plain run's checkpoint sees it) and the tune section."""
+    tune = json.dumps(cfg.tune, sort_keys=True, default=str)
+    return hashlib.sha256(f"{fingerprint(cfg.to_dict())}|{tune}".encode()).hexdigest()
+
+
+def save_population(path: Path, cfg: ExperimentConfig, rnd: int, members: list[Member], tried: Tried,
+                    rows: list[dict[str, Any]], elapsed: float) -> None:
+    """Write the population after round `rnd` (members as plain fields; tried vectors as sorted lists)."""
+    payload = {"kind": "population", "format": FORMAT, "fingerprint": tuning_fingerprint(cfg), "round": rnd,
+               "members": [{f.name: getattr(m, f.name) for f in dataclasses.fields(m)} for m in members],
+               "tried": {"alphas": sorted(tried.alphas), "betas": sorted(tried.betas)}, "rows": rows,
+               "elapsed": elapsed}
+    atomic_torch_save(payload, path)
+
+
+def load_population(path: Path, cfg: ExperimentConfig) -> tuple[int, list[Member], Tried, list[dict[str, Any]],
+                                                                  float]:
+    """(round, members, tried, rows, elapsed) of a population checkpoint made with this same tuning config."""
+    if not path.exists():
+        raise CheckpointError(f"--resume: no population checkpoint at '{path}'; run without --resume to start")
+    payload = load_trusted(path, "population checkpoint")
+    if not isinstance(payload, dict) or payload.get("kind") != "population" or payload.get("format") != FORMAT:
+        raise CheckpointError(f"'{path}' is not a fedhet population checkpoint (format {FORMAT})")
+    if payload["fingerprint"] != tuning_fingerprint(cfg):
+        raise CheckpointError(f"the population checkpoint in '{path.parent.parent}' was made with another "
+                              "experiment or tune section; resume with the same config, or start again with "
+                              "--overwrite")
+    members = [Member(**m) for m in payload["members"]]
+    seen = payload["tried"]
+    tried = Tried(alphas={_key(v) for v in seen["alphas"]}, betas={_key(v) for v in seen["betas"]})
+    return int(payload["round"]), members, tried, list(payload["rows"]), float(payload["elapsed"])
+
+
+def _key(pairs: list[Any]) -> tuple[tuple[str, float], ...]:
+    """A tried vector's key as `Tried` holds it (the checkpoint may hand back lists for tuples)."""
+    return tuple((str(k), float(v)) for k, v in pairs)

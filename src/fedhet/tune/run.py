@@ -1,0 +1,212 @@
+"""`fedhet tune CONFIG`: population-based hyperparameter tuning of any federated method (FedPop inside RS or SHA,
+spec fedpop.md; docs/tune.md), resumable after every round, with results a normal run directory holds:
+
+    runs/<name>/<dataset>/<method>+<wrapper>+<tuner>/seed<k>/
+        summary.json, metrics.jsonl, config.yaml   the final configuration's deployed models (fedhet report reads it)
+        tune/best_config.yaml                      that configuration as a plain run config (`fedhet run` it)
+        tune/members.jsonl                         per round and member: vectors, score, parent, alive
+        checkpoints/population.pt                  the population after the last finished round
+
+The members are evaluated at `eval.every` rounds through the current best (lowest-score) live member, so the
+learning curve is the tuner's best so far.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tqdm.auto import tqdm
+
+from fedhet.atomic import atomic_write_text
+from fedhet.config import ExperimentConfig
+from fedhet.engine.experiment import build_experiment
+from fedhet.engine.loop import run_dir_for
+from fedhet.engine.rundir import RunDirectory, RunDirError, check_writable_path, client_rows
+from fedhet.engine.signals import StopSignals
+from fedhet.errors import FedhetError
+from fedhet.tune.apply import apply_vector, check_space
+from fedhet.tune.checkpoint import FILENAME, load_population, save_population
+from fedhet.tune.config import TuneConfig, resolve_space, tune_config
+from fedhet.tune.fedpop import member_score
+from fedhet.tune.population import Population
+from fedhet.tune.wrappers import best_slot, sha_rounds, survivors
+
+
+@dataclass
+class TuneResult:
+    """Where the results are, how far the job got, and (when finished) the final configuration's summary."""
+
+    run_dir: Path
+    rounds_completed: int
+    summary: dict[str, Any]
+
+
+def tuner_name(tune: TuneConfig) -> str:
+    """The tuner part of the run's label: fedpop (L and G), fedpop_l, fedpop_g, ball (the Delta-ball alone) or
+    none (every client trains with beta^0)."""
+    if tune.fedpop_l and tune.fedpop_g:
+        return "fedpop"
+    if tune.fedpop_l or tune.fedpop_g:
+        return "fedpop_l" if tune.fedpop_l else "fedpop_g"
+    return "ball" if tune.clients == "ball" else "none"
+
+
+def run_tuning(cfg: ExperimentConfig, run_dir: str | Path | None = None, *, resume: bool = False,
+               overwrite: bool = False, progress: bool = True, stop_after: int | None = None,
+               config_dir: Path | None = None) -> TuneResult:
+    """Run (or resume) one tuning job in this process (module docstring); everything is checked first."""
+    tune = tune_config(cfg)
+    if tune.clients == "fedex":
+        raise FedhetError("tune.clients=fedex is not built yet (issue 18); use tune.clients=ball or fixed")
+    if cfg.run.runtime != "inprocess":
+        raise FedhetError(f"fedhet tune runs its members in-process; set run.runtime=inprocess (got "
+                          f"{cfg.run.runtime})")
+    space = resolve_space(tune, config_dir)
+    check_space(space, cfg)
+    plan = sha_rounds(cfg.rounds, tune.eliminations) if tune.wrapper == "sha" else []
+    if not cfg.label:
+        cfg.label = f"{cfg.variant}+{tune.wrapper}+{tuner_name(tune)}"
+    path = Path(run_dir) if run_dir else run_dir_for(cfg)
+    check_writable_path(path)
+    rundir = RunDirectory(path)
+    with rundir.locked():
+        _start_check(rundir, resume, overwrite)
+        if overwrite:
+            rundir.clear()
+            shutil.rmtree(path / "tune", ignore_errors=True)
+        job = TuningJob(cfg, tune, Population(build_experiment(cfg), tune, space), rundir, plan)
+        if resume:
+            job.resume()
+        else:
+            job.population.start()
+            rundir.write_config(cfg.to_dict())
+        return job.run(progress and not cfg.run.quiet, stop_after)
+
+
+def _start_check(rundir: RunDirectory, resume: bool, overwrite: bool) -> None:
+    checkpoint = rundir.checkpoints / FILENAME
+    if resume and overwrite:
+        raise RunDirError("--resume and --overwrite exclude each other: continue the job, or start it again")
+    if not resume and not overwrite and (checkpoint.is_file() or rundir.latest_checkpoint.is_file()):
+        raise RunDirError(f"'{rundir.path}' already holds a checkpoint: pass --resume to continue the tuning job, "
+                          "--overwrite to start it again, or choose another run.out_dir / name")
+
+
+class TuningJob:
+    """The round loop of one tuning job: play, eliminate (SHA), evaluate, commit a checkpoint, report progress."""
+
+    def __init__(self, cfg: ExperimentConfig, tune: TuneConfig, population: Population, rundir: RunDirectory,
+                 plan: list[int]) -> None:
+        self.cfg, self.tune, self.population, self.dir, self.plan = cfg, tune, population, rundir, plan
+        self.round, self.elapsed = 0, 0.0
+        self.rows: list[dict[str, Any]] = []  # metrics.jsonl: the best member's curve
+        self.checkpoint = rundir.checkpoints / FILENAME
+        self.members_log = rundir.path / "tune" / "members.jsonl"
+
+    def resume(self) -> None:
+        """The population of the last finished round; the member log loses what came after it."""
+        self.round, members, tried, self.rows, self.elapsed = load_population(self.checkpoint, self.cfg)
+        self.population.members, self.population.tried = members, tried
+        if self.members_log.is_file():
+            kept = [line for line in self.members_log.read_text().splitlines() if _round_of(line) <= self.round]
+            atomic_write_text(self.members_log, "".join(line + "\n" for line in kept))
+
+    def run(self, progress: bool, stop_after: int | None) -> TuneResult:
+        bar = tqdm(total=self.cfg.rounds, initial=self.round, disable=not progress, unit="round",
+                   desc=f"tune {self.cfg.variant}")
+        with StopSignals() as signals:
+            for rnd in range(self.round + 1, self.cfg.rounds + 1):
+                start = time.perf_counter()
+                self.play(rnd)
+                self.elapsed += time.perf_counter() - start
+                with signals.deferred():
+                    self.commit(rnd)
+                bar.update(1)
+                bar.set_postfix_str(self.postfix())
+                if stop_after is not None and rnd >= stop_after:
+                    break
+        bar.close()
+        summary = self.finish() if self.round >= self.cfg.rounds else {}
+        return TuneResult(self.dir.path, self.round, summary)
+
+    def play(self, rnd: int) -> None:
+        """One round of every live member, SHA's elimination after it, and the best member's evaluation."""
+        pop = self.population
+        pop.play_round(rnd)
+        if rnd in self.plan:
+            live = [m for m in pop.members if m.alive]
+            kept = set(survivors([m.slot for m in live], self.scores(live), self.tune.eta))
+            for member in live:
+                member.alive = member.slot in kept
+        if rnd % self.cfg.eval.every == 0 or rnd == self.cfg.rounds:
+            self.rows += client_rows(rnd, "test", pop.evaluate(self.leader(), rnd, "test"))
+
+    def scores(self, members: list[Any]) -> list[float]:
+        return [member_score(m.history, self.tune.score, self.tune.gamma_g, window=self.population.t_g)
+                for m in members]
+
+    def leader(self) -> Any:
+        """The live member with the lowest score (ties: the lower slot)."""
+        live = [m for m in self.population.members if m.alive and m.history]
+        return min(zip(self.scores(live), (m.slot for m in live), live, strict=True))[2]
+
+    def commit(self, rnd: int) -> None:
+        """The population after round `rnd`, then the files that can be rebuilt from it."""
+        pop = self.population
+        save_population(self.checkpoint, self.cfg, rnd, pop.members, pop.tried, self.rows, self.elapsed)
+        self.round = rnd
+        self.dir.write_metrics(self.rows)
+        self.members_log.parent.mkdir(exist_ok=True)
+        with self.members_log.open("a") as log:  # rebuilt up to the checkpoint's round on resume
+            for m in pop.members:
+                log.write(json.dumps({"round": rnd, "slot": m.slot, "alive": m.alive, "parent": m.parent,
+                                      "born": m.born, "score": m.history[-1] if m.history else None,
+                                      **m.values(pop.space)}) + "\n")
+
+    def postfix(self) -> str:
+        live = [m for m in self.population.members if m.alive]
+        best = self.leader()
+        return f"members={len(live)} best={best.history[-1]:.3f} (m{best.slot})"
+
+    def finish(self) -> dict[str, Any]:
+        """Choose the final configuration, evaluate its deployed models on test, write the results."""
+        pop, cfg = self.population, self.cfg
+        live = [m for m in pop.members if m.alive]
+        split = "val" if self.tune.select == "val" else "test"
+        accuracy = [_avg(pop.evaluate(m, cfg.rounds, split)) for m in live]
+        chosen = next(m for m in live if m.slot == best_slot([m.slot for m in live], accuracy))
+        final_rows = client_rows(cfg.rounds, "test", pop.evaluate(chosen, cfg.rounds, "test"))
+        final = {r["client"]: {k: r[k] for k in ("accuracy", "balanced_accuracy", "loss")} for r in final_rows}
+        best_cfg = apply_vector(cfg, pop.space.joint, {**chosen.alpha, **chosen.beta0})
+        best_cfg.tune, best_cfg.label = {}, ""
+        atomic_write_text(self.dir.path / "tune" / "best_config.yaml",
+                          yaml.safe_dump(best_cfg.to_dict(), sort_keys=False))
+        tried_alpha, tried_beta = pop.tried.counts()
+        summary = {"name": cfg.name, "method": cfg.method, "label": cfg.variant, "dataset": cfg.data.dataset,
+                   "seed": cfg.seed, "rounds": cfg.rounds, "rounds_completed": self.round,
+                   "personalized": pop.base.personalized, "final": final, "wall_time_s": self.elapsed,
+                   "round_time_s": self.elapsed / max(self.round, 1), "device": str(pop.exp.device),
+                   "tune": {"wrapper": self.tune.wrapper, "tuner": tuner_name(self.tune), "configs": len(pop.members),
+                            "selected": chosen.slot, "select": self.tune.select, "values": chosen.values(pop.space),
+                            "tried_alpha": tried_alpha, "tried_beta": tried_beta}}
+        self.dir.write_summary(summary)
+        return summary
+
+
+def _avg(per_client: dict[str, dict[str, float]]) -> float:
+    rows = client_rows(0, "x", per_client)
+    return float(rows[-1]["accuracy"]) if rows else float("nan")
+
+
+def _round_of(line: str) -> int:
+    """The round of one member-log line (a line cut short by a crash counts as after every round)."""
+    try:
+        return int(json.loads(line)["round"])
+    except (ValueError, KeyError, TypeError):
+        return 1 << 30

@@ -1,0 +1,92 @@
+"""`fedhet tune` end to end (FedPop runner S8-S11): a stopped job resumes to exactly the uninterrupted result,
+SHA keeps 27 -> 9 -> 3 -> 1, the results directory is a normal run directory with a runnable best config,
+and bad starts are one clear error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedhet.config import load_config
+from fedhet.errors import CheckpointError, FedhetError
+from fedhet.report.runs import load_runs
+from fedhet.report.table import make_table, to_markdown
+from fedhet.tune.checkpoint import FILENAME, load_population
+from fedhet.tune.run import run_tuning
+
+BASE = ["data.dataset=offline_digits", "data.val_fraction=0.2", "model.name=mlp", "train.local_steps=2",
+        "rounds=4", "run.num_threads=1", "run.quiet=true", "server.fraction_fit=0.5", "eval.every=2",
+        "tune.configs=3", "tune.g_interval=0.5",
+        "tune.space={client: {train.lr: {type: log_uniform, low: -2, high: -0.5}, "
+        "train.batch_size: {type: choice, values: [8, 16]}}, server: {server.lr: {type: log_uniform, low: -0.3, "
+        "high: 0.3}}}"]
+
+
+def tuned(run_dir: Path, *extra: str, **kwargs):
+    return run_tuning(load_config(None, [*BASE, *extra]), run_dir, progress=False, **kwargs)
+
+
+def test_a_stopped_job_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
+    whole = tuned(tmp_path / "whole")
+    stopped = tuned(tmp_path / "parts", stop_after=2)
+    assert stopped.rounds_completed == 2 and not stopped.summary
+    resumed = tuned(tmp_path / "parts", resume=True)
+    assert resumed.summary["final"] == whole.summary["final"] and resumed.summary["tune"] == whole.summary["tune"]
+    for name in ("metrics.jsonl", "tune/members.jsonl", "tune/best_config.yaml"):
+        assert (tmp_path / "parts" / name).read_text() == (tmp_path / "whole" / name).read_text()
+    cfg = load_config(None, BASE)
+    _, a, _, _, _ = load_population(tmp_path / "whole" / "checkpoints" / FILENAME, cfg)
+    _, b, _, _, _ = load_population(tmp_path / "parts" / "checkpoints" / FILENAME, cfg)
+    assert all(torch.equal(x.server.model[k], y.server.model[k]) for x, y in zip(a, b, strict=True)
+               for k in x.server.model)
+    assert any(m.parent is not None for m in a)  # FedPop-G copied members (T_g = 2)
+
+
+def test_sha_keeps_the_best_third_three_times(tmp_path: Path) -> None:
+    result = tuned(tmp_path, "tune.wrapper=sha", "tune.configs=27", "tune.clients=fixed", "tune.fedpop_l=false",
+                   "tune.fedpop_g=false")
+    rows = [json.loads(line) for line in (tmp_path / "tune" / "members.jsonl").read_text().splitlines()]
+    alive = [sum(r["alive"] for r in rows if r["round"] == rnd) for rnd in (1, 2, 3, 4)]
+    assert alive == [9, 3, 1, 1]  # eliminations after rounds 1, 2 and 3 (R_c t / 4)
+    survivor = next(r["slot"] for r in rows if r["round"] == 4 and r["alive"])
+    assert result.summary["tune"]["selected"] == survivor and result.summary["label"] == "fedavg+sha+none"
+
+
+def test_the_results_are_a_run_directory_with_a_runnable_best_config(tmp_path: Path) -> None:
+    result = tuned(tmp_path)
+    runs = load_runs(tmp_path)
+    assert len(runs) == 1 and runs[0].label == "fedavg+rs+fedpop" and runs[0].final == result.summary["final"]
+    assert "fedavg+rs+fedpop" in to_markdown(make_table(runs))
+    best = load_config(str(tmp_path / "tune" / "best_config.yaml"))
+    values = result.summary["tune"]["values"]
+    assert (best.train.lr, best.train.batch_size, best.server.lr) == (
+        pytest.approx(values["train.lr"]), values["train.batch_size"], pytest.approx(values["server.lr"]))
+    assert best.tune == {} and best.label == ""
+
+
+def test_bad_starts_are_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FedhetError, match="tune.clients=fedex is not built yet"):
+        tuned(tmp_path / "a", "tune.clients=fedex", "tune.fedpop_l=false")
+    tuned(tmp_path / "b", stop_after=1)
+    with pytest.raises(FedhetError, match="already holds a checkpoint: pass --resume"):
+        tuned(tmp_path / "b")
+    with pytest.raises(CheckpointError, match="another experiment or tune section"):
+        tuned(tmp_path / "b", "tune.rho=4", resume=True)
+    with pytest.raises(CheckpointError, match="no population checkpoint"):
+        tuned(tmp_path / "c", resume=True)
+
+
+def test_the_command_stops_resumes_and_names_the_best_config(tmp_path: Path, capsys) -> None:
+    from fedhet.cli import main
+
+    args = ["tune", "--quiet", "--run-dir", str(tmp_path), *BASE]
+    assert main([*args, "--stop-after", "1"]) == 0
+    assert "stopped after round 1; continue with --resume" in capsys.readouterr().out
+    assert main([*args, "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "best configuration (member" in out and "fedhet run" in out and "best_config.yaml" in out
+    assert main(["tune", "--quiet", "--run-dir", str(tmp_path / "x"), *BASE, "tune.wraper=sha"]) == 2
+    assert "did you mean 'wrapper'" in capsys.readouterr().err
