@@ -104,3 +104,14 @@ def test_fedpop_l_replaces_the_worst_local_vector_inside_its_window_only() -> No
     kept = [dict(b) for b in member.betas]
     pop.play_round(3)
     assert member.betas == kept
+
+
+def test_finetuned_accuracy_trains_each_client_once_from_the_global_model() -> None:
+    pop = population("tune.clients=fixed")
+    member = pop.members[0]
+    tuned, again = pop.finetuned(member, 3), pop.finetuned(member, 3)
+    assert tuned == again and set(tuned) == {c.name for c in pop.exp.data.clients}
+    global_ = pop.evaluate(member, 3, "test")
+    assert any(tuned[name]["loss"] != global_[name]["loss"] for name in tuned)  # one Loc(beta0) pass moved it
+    after = pop.evaluate(member, 3, "test")
+    assert after == global_  # and nothing of it was kept

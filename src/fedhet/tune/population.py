@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from fedhet.core.seeding import numpy_rng
+from fedhet.core.seeding import numpy_rng, seeded
 from fedhet.engine.experiment import Experiment
+from fedhet.engine.local import fit_client
 from fedhet.engine.rounds import fit_and_aggregate, sample_round
 from fedhet.runtimes.inprocess import InProcessClients
 from fedhet.tune.config import TuneConfig
@@ -135,3 +136,19 @@ class Population:
         pool = range(len(self.exp.data.clients))
         messages = {cid: self.runner.alg.broadcast(member.server, info, cid) for cid in pool}
         return self.runner.evaluate(rnd, messages, split)
+
+    def finetuned(self, member: Member, rnd: int) -> dict[str, dict[str, float]]:
+        """The paper's "finetuned" accuracy (§2.11): every client trains the member's global model once with
+        the member's beta^0 (Loc(beta^0)) and is scored on its own test split; nothing is kept."""
+        center = self.copies.of(member.alpha, member.beta0)
+        info, states = self.exp.round_info(rnd), self.states_of(member)
+        results = {}
+        for cid, client in enumerate(self.exp.data.clients):
+            if client.test is None or cid not in states:
+                continue
+            with seeded(self.exp.config.seed, rnd, cid, "finetune"):
+                reply, _ = fit_client(center, center.broadcast(member.server, info, cid), states[cid],
+                                      self.exp.context(cid, rnd), check=client.test)
+            results[client.name] = {"accuracy": float(reply.scalars["check_accuracy"]),
+                                    "loss": float(reply.scalars[CHECK_LOSS])}
+        return results

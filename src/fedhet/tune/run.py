@@ -187,6 +187,8 @@ class TuningJob:
         best_cfg.tune, best_cfg.label = {}, ""
         atomic_write_text(self.dir.path / "tune" / "best_config.yaml",
                           yaml.safe_dump(best_cfg.to_dict(), sort_keys=False))
+        tuned = pop.finetuned(chosen, cfg.rounds)
+        finetuned = {**tuned, "avg": {"accuracy": _mean([m["accuracy"] for m in tuned.values()])}}
         tried_alpha, tried_beta = pop.tried.counts()
         summary = {"name": cfg.name, "method": cfg.method, "label": cfg.variant, "dataset": cfg.data.dataset,
                    "seed": cfg.seed, "rounds": cfg.rounds, "rounds_completed": self.round,
@@ -194,9 +196,14 @@ class TuningJob:
                    "round_time_s": self.elapsed / max(self.round, 1), "device": str(pop.exp.device),
                    "tune": {"wrapper": self.tune.wrapper, "tuner": tuner_name(self.tune), "configs": len(pop.members),
                             "selected": chosen.slot, "select": self.tune.select, "values": chosen.values(pop.space),
-                            "tried_alpha": tried_alpha, "tried_beta": tried_beta}}
+                            "tried_alpha": tried_alpha, "tried_beta": tried_beta, "finetuned": finetuned}}
         self.dir.write_summary(summary)
         return summary
+
+
+def _mean(values: list[float]) -> float:
+    finite = [v for v in values if v == v]
+    return sum(finite) / len(finite) if finite else float("nan")
 
 
 def _avg(per_client: dict[str, dict[str, float]]) -> float:
