@@ -68,8 +68,8 @@ def test_the_results_are_a_run_directory_with_a_runnable_best_config(tmp_path: P
 
 
 def test_bad_starts_are_one_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(FedhetError, match="tune.clients=fedex is not built yet"):
-        tuned(tmp_path / "a", "tune.clients=fedex", "tune.fedpop_l=false")
+    with pytest.raises(FedhetError, match="fedhet tune runs its members in-process"):
+        tuned(tmp_path / "a", "run.runtime=batched")
     tuned(tmp_path / "b", stop_after=1)
     with pytest.raises(FedhetError, match="already holds a checkpoint: pass --resume"):
         tuned(tmp_path / "b")

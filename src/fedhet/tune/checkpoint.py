@@ -17,6 +17,7 @@ from fedhet.config import ExperimentConfig
 from fedhet.engine.checkpoint import fingerprint
 from fedhet.engine.safe_load import load_trusted
 from fedhet.errors import CheckpointError
+from fedhet.tune.fedex import FedExState
 from fedhet.tune.fedpop import Tried
 from fedhet.tune.member import Member
 
@@ -34,7 +35,7 @@ def save_population(path: Path, cfg: ExperimentConfig, rnd: int, members: list[M
                     rows: list[dict[str, Any]], elapsed: float) -> None:
     """Write the population after round `rnd` (members as plain fields; tried vectors as sorted lists)."""
     payload = {"kind": "population", "format": FORMAT, "fingerprint": tuning_fingerprint(cfg), "round": rnd,
-               "members": [{f.name: getattr(m, f.name) for f in dataclasses.fields(m)} for m in members],
+               "members": [_plain(m) for m in members],
                "tried": {"alphas": sorted(tried.alphas), "betas": sorted(tried.betas)}, "rows": rows,
                "elapsed": elapsed}
     atomic_torch_save(payload, path)
@@ -52,10 +53,17 @@ def load_population(path: Path, cfg: ExperimentConfig) -> tuple[int, list[Member
         raise CheckpointError(f"the population checkpoint in '{path.parent.parent}' was made with another "
                               "experiment or tune section; resume with the same config, or start again with "
                               "--overwrite")
-    members = [Member(**m) for m in payload["members"]]
+    members = [Member(**{**m, "fedex": FedExState(**m["fedex"]) if m.get("fedex") else None})
+               for m in payload["members"]]
     seen = payload["tried"]
     tried = Tried(alphas={_key(v) for v in seen["alphas"]}, betas={_key(v) for v in seen["betas"]})
     return int(payload["round"]), members, tried, list(payload["rows"]), float(payload["elapsed"])
+
+
+def _plain(member: Member) -> dict[str, Any]:
+    """A member's fields, its FedEx state as a plain mapping (the trusted loader reads no other classes)."""
+    fields = {f.name: getattr(member, f.name) for f in dataclasses.fields(member)}
+    return fields | {"fedex": dataclasses.asdict(member.fedex) if member.fedex is not None else None}
 
 
 def _key(pairs: list[Any]) -> tuple[tuple[str, float], ...]:

@@ -30,7 +30,7 @@ class TuneConfig:
     space: Any = "fedavg"  # search space: a preset name, a YAML file, or an inline {server: ..., client: ...}
     wrapper: str = "rs"  # rs (random search) | sha (successive halving)
     configs: int | None = None  # N_c, the configurations started; default 5 (rs) / 27 (sha) (§2.10)
-    clients: str = "ball"  # the active clients' local vectors: fixed (= beta0) | ball (Delta-ball) | fedex
+    clients: str = "ball"  # active clients' local vectors: fixed (= beta0) | ball (Delta-ball) | fedex (baseline)
     fedpop_l: bool = True  # FedPop-L: replace the worst local vectors each round (needs clients: ball)
     fedpop_g: bool = True  # FedPop-G: replace the worst configurations every T_g rounds, copying weights
     rho: int = 3  # quantile coefficient: the best / worst 1/rho are top / bottom
@@ -67,6 +67,9 @@ class TuneConfig:
         if self.fedpop_l and self.clients != "ball":
             raise ConfigError(f"tune.fedpop_l evolves the Delta-ball's local vectors; it needs tune.clients=ball "
                               f"(got {self.clients}); set tune.fedpop_l=false for clients={self.clients}")
+        if self.clients == "fedex" and self.fedpop_g:
+            raise ConfigError("tune.clients=fedex is the FedEx baseline (its own local search); set "
+                              "tune.fedpop_g=false with it")
         if self.wrapper == "sha" and self.num_configs < self.eta ** self.eliminations:
             raise ConfigError(f"tune: SHA keeps 1/{self.eta} of the configurations {self.eliminations} times; "
                               f"start at least {self.eta ** self.eliminations} (tune.configs={self.num_configs})")

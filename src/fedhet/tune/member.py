@@ -12,6 +12,7 @@ from fedhet.algorithms.base import Algorithm, with_hparams
 from fedhet.config import ExperimentConfig
 from fedhet.core.contract import ClientState
 from fedhet.tune.apply import hparams_of, vector_to_dict
+from fedhet.tune.fedex import FedExState
 from fedhet.tune.space import HPVector, SearchSpace
 
 AnyAlgorithm = Algorithm[Any, Any, Any]
@@ -35,6 +36,7 @@ class Member:
     born: int = 0
     parent: int | None = None
     alive: bool = True
+    fedex: FedExState | None = None  # tune.clients=fedex: its candidates and distribution
 
     def values(self, space: SearchSpace) -> dict[str, Any]:
         """{dotted key: config value} of Concat(alpha, beta^0): the configuration as a user would set it."""

@@ -26,6 +26,7 @@ from fedhet.engine.rounds import fit_and_aggregate, sample_round
 from fedhet.runtimes.inprocess import InProcessClients
 from fedhet.tune.config import TuneConfig
 from fedhet.tune.evo import anneal, delta_ball
+from fedhet.tune.fedex import fedex_draw, fedex_start, fedex_step
 from fedhet.tune.fedpop import Tried, fedpop_g, fedpop_l, is_g_round, member_score
 from fedhet.tune.member import Member, MethodCopies
 from fedhet.tune.space import HPVector, SearchSpace
@@ -62,8 +63,16 @@ class Population:
                                clients={}) for i, (alpha, beta0) in enumerate(vectors)]
 
     def local_vectors(self, member: Member, rnd: int, k: int) -> list[HPVector]:
-        """beta^1..beta^K for the round's K active clients: beta^0 itself (`clients: fixed`), or the Delta-ball
-        drawn when the member has none (its start, or a FedPop-G replacement; §2.2)."""
+        """beta^1..beta^K for the round's K active clients: beta^0 itself (`clients: fixed`), FedEx's draws from
+        its candidates, or the Delta-ball drawn when the member has none (its start, or a FedPop-G
+        replacement; §2.2)."""
+        if self.tune.clients == "fedex" and self.space.client.dims:
+            if member.fedex is None:
+                member.fedex = fedex_start(self.space.client, self.rng("fedex-start", 0, member.slot))
+                member.beta0 = member.fedex.mle()
+            member.betas = [dict(member.fedex.candidates[j])
+                            for j in fedex_draw(member.fedex, k, self.rng("fedex", rnd, member.slot))]
+            return member.betas
         if self.tune.clients == "fixed" or not self.space.client.dims:
             return [dict(member.beta0) for _ in range(k)]
         if len(member.betas) != k:
@@ -93,6 +102,9 @@ class Population:
             self.tried.note(member.alpha, betas)
             if self.tune.fedpop_l and self.tune.clients == "ball":
                 self.local_search(member, rnd, scores)
+            if member.fedex is not None:  # FedEx: theta steps on the active clients' validation errors
+                self.fedex_update(member, sampled, [1.0 - float(r.message.scalars["check_accuracy"])
+                                                    for r in trained.replies])
         if self.tune.fedpop_g and is_g_round(rnd, self.t_g, last=self.exp.config.rounds):
             self.global_search(rnd)
 
@@ -105,6 +117,16 @@ class Population:
                                 anneal(t.p_re0, rnd, self.exp.config.rounds), self.rng("L", rnd, member.slot),
                                 self.space.client, rounds_since_init=since, t_g=self.t_g, share=t.l_window,
                                 rho=t.rho)
+
+    def fedex_update(self, member: Member, sampled: list[int], errors: list[float]) -> None:
+        """One exponentiated-gradient step of the member's FedEx distribution; beta^0 is its most likely
+        candidate afterwards."""
+        assert member.fedex is not None
+        index = {tuple(sorted(c.items())): j for j, c in enumerate(member.fedex.candidates)}
+        chosen = [index[tuple(sorted(b.items()))] for b in member.betas]
+        weights = [len(self.exp.data.clients[cid].val) for cid in sampled]  # type: ignore[arg-type]
+        member.fedex = fedex_step(member.fedex, chosen, errors, weights)
+        member.beta0 = member.fedex.mle()
 
     def global_search(self, rnd: int) -> None:
         """FedPop-G (Alg. 1): the bottom 1/rho of the live members by their power-law score take a top member's

@@ -48,13 +48,13 @@ class TuneResult:
 
 
 def tuner_name(tune: TuneConfig) -> str:
-    """The tuner part of the run's label: fedpop (L and G), fedpop_l, fedpop_g, ball (the Delta-ball alone) or
-    none (every client trains with beta^0)."""
+    """The tuner part of the run's label: fedpop (L and G), fedpop_l, fedpop_g, fedex, ball (the Delta-ball
+    alone) or none (every client trains with beta^0)."""
     if tune.fedpop_l and tune.fedpop_g:
         return "fedpop"
     if tune.fedpop_l or tune.fedpop_g:
         return "fedpop_l" if tune.fedpop_l else "fedpop_g"
-    return "ball" if tune.clients == "ball" else "none"
+    return {"ball": "ball", "fedex": "fedex"}.get(tune.clients, "none")
 
 
 def run_tuning(cfg: ExperimentConfig, run_dir: str | Path | None = None, *, resume: bool = False,
@@ -62,8 +62,6 @@ def run_tuning(cfg: ExperimentConfig, run_dir: str | Path | None = None, *, resu
                config_dir: Path | None = None) -> TuneResult:
     """Run (or resume) one tuning job in this process (module docstring); everything is checked first."""
     tune = tune_config(cfg)
-    if tune.clients == "fedex":
-        raise FedhetError("tune.clients=fedex is not built yet (issue 18); use tune.clients=ball or fixed")
     if cfg.run.runtime != "inprocess":
         raise FedhetError(f"fedhet tune runs its members in-process; set run.runtime=inprocess (got "
                           f"{cfg.run.runtime})")
