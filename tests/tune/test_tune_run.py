@@ -12,6 +12,7 @@ import torch
 
 from fedhet.config import load_config
 from fedhet.errors import CheckpointError, FedhetError
+from fedhet.report import write_report
 from fedhet.report.runs import load_runs
 from fedhet.report.table import make_table, to_markdown
 from fedhet.tune.checkpoint import FILENAME, load_population
@@ -60,6 +61,10 @@ def test_the_results_are_a_run_directory_with_a_runnable_best_config(tmp_path: P
     runs = load_runs(tmp_path)
     assert len(runs) == 1 and runs[0].label == "fedavg+rs+fedpop" and runs[0].final == result.summary["final"]
     assert "fedavg+rs+fedpop" in to_markdown(make_table(runs))
+    report = write_report(tmp_path, tmp_path / "report").markdown.read_text()
+    assert "## Tuning" in report and "fedavg+rs+fedpop (seed 0)" in report
+    plot = tmp_path / "report" / "hp_offline_digits_fedavg+rs+fedpop_seed0.png"
+    assert plot.is_file() and f"]({plot.name})" in report
     best = load_config(str(tmp_path / "tune" / "best_config.yaml"))
     values = result.summary["tune"]["values"]
     assert (best.train.lr, best.train.batch_size, best.server.lr) == (

@@ -15,6 +15,7 @@ from fedhet.report.plot import plot_curves
 from fedhet.report.reading import read_table
 from fedhet.report.runs import RunRecord, load_runs
 from fedhet.report.table import Reference, Table, make_table, to_csv, to_markdown
+from fedhet.report.tuning import tuning_section
 
 
 class ReportPaths(NamedTuple):
@@ -91,6 +92,7 @@ def _write(runs: Sequence[RunRecord], out: Path, metrics: Sequence[str], referen
         *(to_markdown(t) + _reading(t) for t in tables),
         cost_section(runs, by),
         novel_section(runs, by),
+        tuning_section(runs, out),
         "## Learning curves\n",
         "Average test accuracy over clients vs round; line = mean over seeds, band = ± sample std.\n",
         f"![learning curves]({curves.name})\n",
