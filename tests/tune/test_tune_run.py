@@ -95,3 +95,17 @@ def test_the_command_stops_resumes_and_names_the_best_config(tmp_path: Path, cap
     assert "best configuration (member" in out and "fedhet run" in out and "best_config.yaml" in out
     assert main(["tune", "--quiet", "--run-dir", str(tmp_path / "x"), *BASE, "tune.wraper=sha"]) == 2
     assert "did you mean 'wrapper'" in capsys.readouterr().err
+
+
+def test_sha_stages_fit_the_budget_and_random_search_checks_it() -> None:
+    from fedhet.errors import ConfigError
+    from fedhet.tune.wrappers import check_rs_budget, sha_rounds
+
+    # the paper's CIFAR-10 budget: R_t 4000, R_c 800, 27 -> 9 -> 3 -> 1: (26 + 8 + 2) s + 800 <= 4000
+    assert sha_rounds(800, 3, 27, 3, budget=4000) == [88, 176, 264]
+    assert sha_rounds(20, 3, 27, 3) == [5, 10, 15]  # no budget: evenly over R_c
+    with pytest.raises(ConfigError, match="do not fit rounds=800 and tune.budget=820"):
+        sha_rounds(800, 3, 27, 3, budget=820)
+    check_rs_budget(5, 800, 4000)
+    with pytest.raises(ConfigError, match="set rounds to 800"):
+        check_rs_budget(5, 900, 4000)

@@ -44,7 +44,7 @@ class TuneConfig:
     eliminations: int = 3  # SHA: eliminations (27 -> 9 -> 3 -> 1)
     select: str = "val"  # the final configuration by validation loss (ours) or test accuracy (the paper's RS)
     sampling: str = "shared"  # the active clients: the same for every configuration in a round, or per member
-    budget: int | None = None  # R_t, the total rounds over all configurations; checked against the plan if set
+    budget: int | None = None  # R_t, rounds over all configurations: RS checks N_c R_c <= R_t; SHA sizes its stages
 
     def validate(self) -> None:
         for value, choices, what in ((self.wrapper, WRAPPERS, "tune.wrapper"),

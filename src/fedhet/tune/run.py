@@ -35,7 +35,7 @@ from fedhet.tune.checkpoint import FILENAME, load_population, save_population
 from fedhet.tune.config import TuneConfig, resolve_space, tune_config
 from fedhet.tune.fedpop import member_score
 from fedhet.tune.population import Population
-from fedhet.tune.wrappers import best_slot, sha_rounds, survivors
+from fedhet.tune.wrappers import best_slot, check_rs_budget, sha_rounds, survivors
 
 
 @dataclass
@@ -67,7 +67,9 @@ def run_tuning(cfg: ExperimentConfig, run_dir: str | Path | None = None, *, resu
                           f"{cfg.run.runtime})")
     space = resolve_space(tune, config_dir)
     check_space(space, cfg)
-    plan = sha_rounds(cfg.rounds, tune.eliminations) if tune.wrapper == "sha" else []
+    plan = (sha_rounds(cfg.rounds, tune.eliminations, tune.num_configs, tune.eta, tune.budget)
+            if tune.wrapper == "sha" else [])
+    check_rs_budget(tune.num_configs if tune.wrapper == "rs" else 0, cfg.rounds, tune.budget)
     if not cfg.label:
         cfg.label = f"{cfg.variant}+{tune.wrapper}+{tuner_name(tune)}"
     path = Path(run_dir) if run_dir else run_dir_for(cfg)
