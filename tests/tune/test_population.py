@@ -4,6 +4,7 @@ their own local vectors, and every member is scored by its active clients' valid
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 
@@ -115,3 +116,23 @@ def test_finetuned_accuracy_trains_each_client_once_from_the_global_model() -> N
     assert any(tuned[name]["loss"] != global_[name]["loss"] for name in tuned)  # one Loc(beta0) pass moved it
     after = pop.evaluate(member, 3, "test")
     assert after == global_  # and nothing of it was kept
+
+
+def test_a_diverging_configuration_scores_worst_and_stops_without_fedpop_g(tmp_path: Path) -> None:
+    from fedhet.errors import FedhetError
+    from fedhet.tune.run import run_tuning
+
+    wide = [*BASE[:-1], "tune.clients=fixed", "tune.space={client: {train.lr: {type: log_uniform, low: -2, high: 6}}}"]
+    cfg = load_config(None, wide)
+    tune = tune_config(cfg)
+    pop = Population(build_experiment(cfg), tune, resolve_space(tune))
+    pop.start([({}, {"train.lr": -1.5}), ({}, {"train.lr": 6.0})])  # lr 0.03 and lr 1e6
+    pop.play_round(1)
+    sane, wild = pop.members
+    assert math.isfinite(sane.history[-1]) and sane.alive
+    assert math.isinf(wild.history[-1]) and not wild.alive  # worst score; random search stops training it
+    pop.play_round(2)
+    assert len(sane.history) == 2 and len(wild.history) == 1
+    only_wild = [*wide[:-1], "tune.space={client: {train.lr: {type: log_uniform, low: 5, high: 6}}}"]
+    with pytest.raises(FedhetError, match="every configuration's training diverged in round 1"):
+        run_tuning(load_config(None, only_wild), tmp_path, progress=False)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import logging
+import math
 import statistics
 from typing import Any
 
@@ -23,6 +25,7 @@ from fedhet.core.seeding import numpy_rng, seeded
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.local import fit_client
 from fedhet.engine.rounds import fit_and_aggregate, sample_round
+from fedhet.errors import TrainingDivergedError
 from fedhet.runtimes.inprocess import InProcessClients
 from fedhet.tune.config import TuneConfig
 from fedhet.tune.evo import anneal, delta_ball
@@ -31,6 +34,7 @@ from fedhet.tune.fedpop import Tried, fedpop_g, fedpop_l, is_g_round, member_sco
 from fedhet.tune.member import Member, MethodCopies
 from fedhet.tune.space import HPVector, SearchSpace
 
+log = logging.getLogger(__name__)
 CHECK_LOSS = "check_loss"  # the reply scalar fit_client(check=...) adds: the locally trained model's val loss
 
 
@@ -91,8 +95,12 @@ class Population:
             center = self.copies.of(member.alpha, member.beta0)
             self.runner.alg = center
             self.runner.set_states(self.states_of(member))
-            trained = fit_and_aggregate(self.exp, center, member.server, rnd, sampled,
-                                        functools.partial(self.runner.fit, algorithms=copies))
+            try:
+                trained = fit_and_aggregate(self.exp, center, member.server, rnd, sampled,
+                                            functools.partial(self.runner.fit, algorithms=copies))
+            except TrainingDivergedError as err:  # bad hyperparameters: the worst score, not the job's end
+                self.diverged(member, rnd, str(err))
+                continue
             member.server = trained.server
             trained_here = set(sampled) | set(member.clients)  # only clients that trained keep a state
             member.clients = {cid: st for cid, st in self.runner.get_states().items() if cid in trained_here}
@@ -107,6 +115,14 @@ class Population:
                                                     for r in trained.replies])
         if self.tune.fedpop_g and is_g_round(rnd, self.t_g, last=self.exp.config.rounds):
             self.global_search(rnd)
+
+    def diverged(self, member: Member, rnd: int, why: str) -> None:
+        """A member whose training diverged keeps its last finite state and scores +inf this round, so FedPop-G
+        replaces it or SHA drops it; without FedPop-G it stops training (random search cannot revive it)."""
+        log.info("tune: configuration %d diverged in round %d (%s)", member.slot, rnd, why)
+        member.history.append(math.inf)
+        self.last_scores[member.slot] = []
+        member.alive = member.alive and self.tune.fedpop_g
 
     def local_search(self, member: Member, rnd: int, scores: list[float]) -> None:
         """FedPop-L (Alg. 1): the member's worst local vectors become Evo-perturbed copies of its best, for the

@@ -14,6 +14,7 @@ learning curve is the tuner's best so far.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from tqdm.auto import tqdm
 from fedhet.atomic import atomic_write_text
 from fedhet.config import ExperimentConfig
 from fedhet.engine.experiment import build_experiment
-from fedhet.engine.loop import run_dir_for
+from fedhet.engine.loop import Interrupted, run_dir_for
 from fedhet.engine.rundir import RunDirectory, RunDirError, check_writable_path, client_rows
 from fedhet.engine.signals import StopSignals
 from fedhet.errors import FedhetError
@@ -121,16 +122,21 @@ class TuningJob:
         bar = tqdm(total=self.cfg.rounds, initial=self.round, disable=not progress, unit="round",
                    desc=f"tune {self.cfg.variant}")
         with StopSignals() as signals:
-            for rnd in range(self.round + 1, self.cfg.rounds + 1):
-                start = time.perf_counter()
-                self.play(rnd)
-                self.elapsed += time.perf_counter() - start
-                with signals.deferred():
-                    self.commit(rnd)
-                bar.update(1)
-                bar.set_postfix_str(self.postfix())
-                if stop_after is not None and rnd >= stop_after:
-                    break
+            try:
+                for rnd in range(self.round + 1, self.cfg.rounds + 1):
+                    start = time.perf_counter()
+                    self.play(rnd)
+                    self.elapsed += time.perf_counter() - start
+                    with signals.deferred():
+                        self.commit(rnd)
+                    bar.update(1)
+                    bar.set_postfix_str(self.postfix())
+                    if stop_after is not None and rnd >= stop_after:
+                        break
+            except KeyboardInterrupt as err:  # the round in progress is dropped; the last commit stands
+                bar.close()
+                raise Interrupted(f"interrupted after round {self.round}; the population is saved in "
+                                  f"{self.checkpoint}. Continue with --resume.") from err
         bar.close()
         summary = self.finish() if self.round >= self.cfg.rounds else {}
         return TuneResult(self.dir.path, self.round, summary)
@@ -139,6 +145,10 @@ class TuningJob:
         """One round of every live member, SHA's elimination after it, and the best member's evaluation."""
         pop = self.population
         pop.play_round(rnd)
+        if not any(m.alive and m.history and math.isfinite(m.history[-1]) for m in pop.members):
+            raise FedhetError(f"every configuration's training diverged in round {rnd}; narrow the search space "
+                              "(e.g. a lower upper bound for train.lr or server.lr) and start again with "
+                              "--overwrite")
         if rnd in self.plan:
             live = [m for m in pop.members if m.alive]
             kept = set(survivors([m.slot for m in live], self.scores(live), self.tune.eta))
