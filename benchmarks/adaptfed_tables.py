@@ -22,12 +22,16 @@ from fedhet.report.novel import novel_section
 from fedhet.report.runs import RunRecord, load_runs
 
 ORDER = ["local_t", "fedavg_t", "vanilla_t", "fedper_t", "pfedhn_t", "fedtp_t", "adaptfed", "p_mlp", "p_norm",
-         "p_encoder", "fedavg", "fedprox", "fedbn", "fedrep"]
+         "p_encoder", "hnet_lr01", "hnet_lr03", "lora4", "task_aware", "plus_fedper", "fedavg", "fedprox", "fedbn",
+         "fedrep", "fedavg_lstm"]
 NAMES = {"local_t": "Local-T", "fedavg_t": "FedAvg-T", "vanilla_t": "Vanilla-T", "fedper_t": "FedPER-T",
          "pfedhn_t": "pFedHN-T", "fedtp_t": "FedTP-T (ViT)", "adaptfed": "AdaptFED (P = focal modulation)",
          "p_mlp": "AdaptFED, P = MLP layers", "p_norm": "AdaptFED, P = normalization layers",
          "p_encoder": "AdaptFED, P = encoder (patch embedding)", "fedavg": "FedAvg (CNN)", "fedprox": "FedProx (CNN)",
-         "fedbn": "FedBN (CNN)", "fedrep": "FedRep (CNN)"}
+         "fedbn": "FedBN (CNN)", "fedrep": "FedRep (CNN)", "hnet_lr01": "AdaptFED, hypernetwork lr 0.1",
+         "hnet_lr03": "AdaptFED, hypernetwork lr 0.3", "lora4": "AdaptFED, LoRA factors r=4 (ours)",
+         "task_aware": "AdaptFED, task-aware (ours)", "plus_fedper": "AdaptFED + FedPER (local head)",
+         "fedavg_lstm": "FedAvg (LEAF LSTM)"}
 
 
 def cell(values: list[float]) -> str:

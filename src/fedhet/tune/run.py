@@ -13,6 +13,7 @@ learning curve is the tuner's best so far.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -72,7 +73,7 @@ def run_tuning(cfg: ExperimentConfig, run_dir: str | Path | None = None, *, resu
             if tune.wrapper == "sha" else [])
     check_rs_budget(tune.num_configs if tune.wrapper == "rs" else 0, cfg.rounds, tune.budget)
     if not cfg.label:
-        cfg.label = f"{cfg.variant}+{tune.wrapper}+{tuner_name(tune)}"
+        cfg = dataclasses.replace(cfg, label=f"{cfg.variant}+{tune.wrapper}+{tuner_name(tune)}")
     path = Path(run_dir) if run_dir else run_dir_for(cfg)
     check_writable_path(path)
     rundir = RunDirectory(path)
