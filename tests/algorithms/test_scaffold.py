@@ -9,7 +9,7 @@ import pytest
 import torch
 from fedhet_testing import tiny_client, tiny_model
 
-from fedhet.algorithms.base import spec_of
+from fedhet.algorithms.base import spec_of, with_hparams
 from fedhet.algorithms.scaffold import Scaffold, ScaffoldClientState
 from fedhet.config import ServerConfig, TrainConfig
 from fedhet.core.contract import ClientContext, RoundInfo
@@ -89,6 +89,10 @@ def test_server_update_of_model_and_control_variate() -> None:
     alg_g = make(num_clients=4, aggregation="uniform", lr=0.5)
     new_g = alg_g.aggregate(server, replies, info())
     assert torch.allclose(new_g.model[keys[0]], server.model[keys[0]] + 0.75)
+    # the control variate's step size and per-round decay (FedEx / FedPop's lr_control, gamma_control)
+    tuned = with_hparams(alg, params=Scaffold.Params(num_clients=4, control_lr=0.5, control_decay=0.5))
+    later = tuned.aggregate(server, replies, info(rnd=3))
+    assert torch.allclose(later.c[keys[0]], server.c[keys[0]] + 0.5 * 0.5 ** 2 * (2 / 4) * 1.0)
 
 
 def test_number_of_clients_comes_from_the_replies() -> None:

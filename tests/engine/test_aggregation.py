@@ -47,3 +47,11 @@ def test_fedadam_by_hand() -> None:
     cur, _ = opt.step({"w": torch.tensor([1.0])}, {"w": torch.tensor([0.5])}, {})
     # delta = 0.5; m = 0.1*0.5 = 0.05; v = 0.01*0.25 = 0.0025; w = 1 - 0.1*0.05/(0.05 + 0.001)
     assert cur["w"].item() == pytest.approx(1 - 0.1 * 0.05 / (0.05 + 1e-3))
+
+
+def test_server_lr_decays_per_step() -> None:
+    opt = ServerOptimizer(ServerConfig(lr=1.0, lr_decay=0.5))  # StepLR(gamma 0.5): lr 1, 0.5, 0.25, ...
+    w, state = {"w": torch.zeros(2)}, {}
+    for want in (1.0, 1.5, 1.75):
+        w, state = opt.step(w, {"w": w["w"] + 1.0}, state)
+        assert torch.allclose(w["w"], torch.full((2,), want))

@@ -135,3 +135,12 @@ def test_a_run_that_fails_before_writing_leaves_no_folder(tmp_path: Path) -> Non
     with pytest.raises(Exception, match="pacs"):
         run_experiment(bad, tmp_path / "runs" / "a" / "b")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_key_added_to_fedhet_after_the_checkpoint_reads_as_its_default() -> None:
+    new = load_config(None, ["data.dataset=offline_digits"]).to_dict()
+    old = json.loads(json.dumps(new))
+    del old["train"]["grad_clip"], old["server"]["momentum"]  # as written before those keys existed
+    assert config_differences(old, new) == {}
+    changed = load_config(None, ["data.dataset=offline_digits", "server.momentum=0.9"]).to_dict()
+    assert config_differences(old, changed) == {"server.momentum": (0.0, 0.9)}

@@ -62,7 +62,8 @@ def test_sampling_covers_the_space_within_its_bounds() -> None:
 def test_every_preset_fits_fedhet_config(name: str, method: str) -> None:
     space = preset(name)
     check_space(space, cfg(f"method={method}"))
-    assert set(space.server.dims) <= {"server.lr", "server.momentum"}
+    scaffold = {"method_args.control_lr", "method_args.control_decay"} if method == "scaffold" else set()
+    assert set(space.server.dims) == {"server.lr", "server.momentum", "server.lr_decay"} | scaffold
     assert ("method_args.mu" in space.client.dims) == (method == "fedprox")
     assert all(dim.scale == 1.0 for dim in space.joint.dims.values())
 
@@ -75,6 +76,9 @@ def test_presets_hold_the_paper_ranges() -> None:
     assert dims["train.local_epochs"].grid == (1, 2, 3, 4, 5)
     assert (dims["method_args.mu"].kind, dims["method_args.mu"].high) == ("uniform", 1.0)
     assert preset("fedavg_official").server.dims["server.momentum"].grid == (0.0, 0.9)
+    decay = dims["server.lr_decay"]  # log10(1 - gamma) ~ U[-4, -2]
+    assert (decay.kind, decay.low, decay.high) == ("one_minus_log", -4, -2)
+    assert decay.value(-2) == pytest.approx(0.99)
     assert set(PRESETS) == {"fedavg", "fedprox", "scaffold", "fedavg_official", "fedprox_official"}
 
 
@@ -125,6 +129,8 @@ CHECKED: list[tuple[str, dict[str, Any], str]] = [
      "value 1.0 .*train.momentum must be in \\[0, 1\\)"),
     ("untunable section", {"client": {"data.alpha": {"type": "uniform", "low": 0.1, "high": 1}}},
      "'data.alpha' is not a tunable key"),
+    ("model argument", {"client": {"model.args.dropout": {"type": "uniform", "low": 0, "high": 0.5}}},
+     "is a model argument, read once when the model is built"),
 ]
 
 

@@ -92,16 +92,25 @@ class Scaffold(Algorithm[ScaffoldServerState, ScaffoldClientState, ScaffoldWork]
     server_state_type = ScaffoldServerState
     client_state_type = ScaffoldClientState
     work_type = ScaffoldWork
+    call_params = frozenset({"control_lr", "control_decay"})  # read in `aggregate` only
 
     @dataclass
     class Params:
-        """num_clients: N in c <- c + |S|/N mean(dc); None = as the clients report it (module doc)."""
+        """num_clients: N in c <- c + |S|/N mean(dc); None = as the clients report it (module doc).
+        control_lr, control_decay: a step size on the control-variate update, decayed per round,
+        c <- c + control_lr * control_decay^(r-1) * |S|/N mean(dc) (1.0 and 1.0: the paper's update; the FedEx /
+        FedPop search spaces tune them as "lr_control" and "gamma_control")."""
 
         num_clients: int | None = None
+        control_lr: float = 1.0
+        control_decay: float = 1.0
 
         def validate(self) -> None:
             if self.num_clients is not None and self.num_clients < 1:
                 raise ConfigError(f"scaffold: num_clients must be >= 1 or null, got {self.num_clients}")
+            if not self.control_lr > 0 or not 0 < self.control_decay <= 1:
+                raise ConfigError(f"scaffold: control_lr must be > 0 and control_decay in (0, 1], got "
+                                  f"{self.control_lr} and {self.control_decay}")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -140,7 +149,8 @@ class Scaffold(Algorithm[ScaffoldServerState, ScaffoldClientState, ScaffoldWork]
         seen = tuple(sorted({*server.seen, *(r.client_id for r in replies)}))
         reported = [int(r.message.scalars["num_clients"]) for r in replies if "num_clients" in r.message.scalars]
         n_total = self.params.num_clients or max(reported, default=0) or len(seen)
-        scale = len(replies) / max(n_total, len(replies))
+        step = self.params.control_lr * self.params.control_decay ** (info.round - 1)
+        scale = step * len(replies) / max(n_total, len(replies))
         c = {k: v + scale * mean_dc[k] for k, v in server.c.items()}
         return dataclasses.replace(server, model=new_global, opt=opt_state, c=c, seen=seen)
 

@@ -139,6 +139,7 @@ class ServerConfig:
     aggregation: str = "weighted"  # weighted (by sample count) | uniform
     optimizer: str = "sgd"  # server optimizer on the pseudo-gradient: sgd (FedAvg/FedAvgM) | adam (FedAdam)
     lr: float = 1.0
+    lr_decay: float = 1.0  # StepLR gamma: server step t uses lr * lr_decay^(t-1) (FedEx / FedPop's server alpha)
     momentum: float = 0.0
     betas: tuple[float, float] = (0.9, 0.99)
     eps: float = 1e-3  # FedAdam's tau (Reddi et al. 2021)
@@ -157,6 +158,7 @@ class ServerConfig:
         _check(self.aggregation in ("weighted", "uniform"), "server.aggregation must be weighted or uniform")
         _check(self.optimizer in ("sgd", "adam"), "server.optimizer must be sgd or adam")
         _check(self.lr > 0, f"server.lr must be > 0, got {self.lr}")
+        _check(0.0 < self.lr_decay <= 1.0, f"server.lr_decay must be in (0, 1], got {self.lr_decay}")
         _check(0.0 <= self.momentum < 1.0, "server.momentum must be in [0, 1)")
         _check(self.min_fit_clients >= 1, "server.min_fit_clients must be >= 1")
 

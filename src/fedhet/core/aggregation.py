@@ -40,14 +40,16 @@ class ServerOptimizer:
     """Applies the averaged update as a pseudo-gradient Δ = w − avg (Reddi et al. 2021, Alg. 2).
 
     sgd with lr=1, momentum=0 is plain FedAvg (w ← avg); momentum > 0 is FedAvgM; `adam` is FedAdam
-    with tau = `eps`. Non-float entries (buffer counters) are replaced by the average directly.
+    with tau = `eps`. `lr_decay` < 1 decays the server lr per step, lr_t = lr * lr_decay^(t-1) (StepLR with
+    step 1, as the FedEx code's server). Non-float entries (buffer counters) are replaced by the average directly.
     """
 
     def __init__(self, cfg: ServerConfig) -> None:
         self.cfg = cfg
 
     def is_identity(self) -> bool:
-        return self.cfg.optimizer == "sgd" and self.cfg.lr == 1.0 and self.cfg.momentum == 0.0
+        return (self.cfg.optimizer == "sgd" and self.cfg.lr == 1.0 and self.cfg.momentum == 0.0
+                and self.cfg.lr_decay == 1.0)
 
     def step(self, current: StateDict, averaged: StateDict, opt_state: dict[str, Any]
              ) -> tuple[StateDict, dict[str, Any]]:
@@ -57,6 +59,7 @@ class ServerOptimizer:
         new, state = {}, dict(opt_state)
         t = int(state.get("t", 0)) + 1
         state["t"] = t
+        lr = self.cfg.lr * self.cfg.lr_decay ** (t - 1)
         for key, avg in averaged.items():
             cur = current[key]
             if not cur.is_floating_point():
@@ -69,11 +72,11 @@ class ServerOptimizer:
                     buf = delta.clone() if buf is None else buf * self.cfg.momentum + delta
                     state[f"m/{key}"] = buf
                     delta = buf
-                new[key] = cur - self.cfg.lr * delta
+                new[key] = cur - lr * delta
             else:
                 b1, b2 = self.cfg.betas
                 m = state.get(f"m/{key}", torch.zeros_like(cur)) * b1 + (1 - b1) * delta
                 v = state.get(f"v/{key}", torch.zeros_like(cur)) * b2 + (1 - b2) * delta * delta
                 state[f"m/{key}"], state[f"v/{key}"] = m, v
-                new[key] = cur - self.cfg.lr * m / (v.sqrt() + self.cfg.eps)
+                new[key] = cur - lr * m / (v.sqrt() + self.cfg.eps)
         return new, state

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from fedhet.atomic import atomic_torch_save
+from fedhet.config import ExperimentConfig
 from fedhet.engine.safe_load import UntrustedFileError, load_trusted
 from fedhet.errors import CheckpointError
 
@@ -85,9 +86,13 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """Dotted key -> (checkpoint's value, this config's value) for every results-relevant key that differs."""
+    """Dotted key -> (checkpoint's value, this config's value) for every results-relevant key that differs. A key
+    added to fedhet after the checkpoint was written counts as its default there (the run used the behaviour
+    the default keeps), so it differs only when this config sets it away from the default."""
     a, b = flatten(relevant_config(old)), flatten(relevant_config(new))
-    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+    default = flatten(relevant_config(ExperimentConfig().to_dict()))
+    then = {k: a[k] if k in a else default.get(k) for k in set(a) | set(b)}
+    return {k: (then[k], b.get(k)) for k in sorted(then) if then[k] != b.get(k)}
 
 
 def save_checkpoint(path: Path, *, config: dict[str, Any], round: int, server: Any, clients: Any,

@@ -110,16 +110,13 @@ def run_status(run_dir: Path, rounds: int | None = None, cfg: ExperimentConfig |
 
 
 def _check_same_config(rundir: RunDirectory, cfg: ExperimentConfig) -> None:
-    from fedhet.engine.checkpoint import config_differences, flatten
+    from fedhet.engine.checkpoint import config_differences
 
     try:
         old = yaml.safe_load(rundir.config_path.read_text())
     except (OSError, yaml.YAMLError):
         return  # no readable config: nothing to compare (the summary alone marks it finished)
-    known, default = set(flatten(old)), flatten(ExperimentConfig().to_dict())
-    # a key added to fedhet after that run is a difference only when this config sets it away from its default
-    differences = {k: v for k, v in config_differences(old, cfg.to_dict()).items()
-                   if k != "rounds" and (k in known or v[1] != default.get(k))}
+    differences = {k: v for k, v in config_differences(old, cfg.to_dict()).items() if k != "rounds"}
     if differences:
         listed = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in differences.items())
         raise ConfigError(f"{rundir.path} holds a finished run made with another config ({listed}). Give this "

@@ -4,9 +4,9 @@ run config through the same overrides `fedhet run key=value` takes, and `vector_
 `to_overrides` write and read vectors as YAML-able data.
 
 Roles: a `server` (alpha, Agg, Eq. 2) key lives in `server.*` or `method_args.*`; a `client` (beta, Loc, Eq. 1)
-key in `train.*`, `method_args.*` or `model.args.*`. `model.args` is free-form (the model builder checks it when
-the run starts), so its keys are not checked here; every other key must be a field of its section or of the
-method's `Params`.
+key in `train.*` or `method_args.*`. Every key must be a field of its section or of the method's `Params`.
+`model.args.*` (e.g. dropout) is refused: the model is built once, with the same arguments for every client and
+configuration, so such a value could not take effect.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from fedhet.config import ExperimentConfig, ServerConfig, TrainConfig, load_conf
 from fedhet.errors import ConfigError, nearest
 from fedhet.tune.space import HPVector, SearchSpace, Space
 
-ROLE_SECTIONS = {"server": ("server", "method_args"), "client": ("train", "method_args", "model")}
+ROLE_SECTIONS = {"server": ("server", "method_args"), "client": ("train", "method_args")}
 _ROLE_NAMES = {"server": "a server (alpha, Agg)", "client": "a client (beta, Loc)"}
 
 
@@ -52,8 +52,11 @@ def _is_int(tp: Any) -> bool:
 def _check_key(role: str, key: str, cfg: ExperimentConfig, keys: Mapping[str, Any]) -> None:
     """The key exists (else: the nearest valid key) and belongs to `role`'s sections."""
     section = key.split(".")[0]
-    free = key.startswith("model.args.") and len(key.split(".")) > 2
-    if not free and key not in keys:
+    if section == "model":
+        raise ConfigError(f"search space: '{key}' is a model argument, read once when the model is built and the "
+                          "same for every client and configuration; fedhet tune cannot vary it (tune train.*, "
+                          "server.* or per-call method_args.* keys)")
+    if key not in keys:
         hint, pool = "; keys look like train.lr, server.lr or method_args.NAME", list(keys)
         if section == "method_args":
             pool = [k for k in keys if k.startswith("method_args.")]

@@ -7,34 +7,38 @@ from (seed, round, slot), so the members, the round and the counts are all a res
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 from fedhet.atomic import atomic_torch_save
 from fedhet.config import ExperimentConfig
-from fedhet.engine.checkpoint import fingerprint
+from fedhet.engine.checkpoint import config_differences
 from fedhet.engine.safe_load import load_trusted
 from fedhet.errors import CheckpointError
 from fedhet.tune.fedex import FedExState
 from fedhet.tune.fedpop import Tried
 from fedhet.tune.member import Member
 
-FORMAT = 1
+FORMAT = 2  # 2: the config itself (was its hash), compared as a plain run's resume compares it
 FILENAME = "population.pt"
 
 
-def tuning_fingerprint(cfg: ExperimentConfig) -> str:
-    """What the results depend on: the experiment (as a plain run's checkpoint sees it) and the tune section."""
-    tune = json.dumps(cfg.tune, sort_keys=True, default=str)
-    return hashlib.sha256(f"{fingerprint(cfg.to_dict())}|{tune}".encode()).hexdigest()
+def tuning_differences(old: dict[str, Any], cfg: ExperimentConfig) -> dict[str, tuple[Any, Any]]:
+    """What differs between the config a population checkpoint was written with and `cfg`: the experiment's
+    results-relevant keys (as a plain run's resume checks them), the rounds (R_c sets T_g and the annealing)
+    and the tune section."""
+    new = cfg.to_dict()
+    differences = config_differences(old, new)
+    for key in ("rounds", "tune"):
+        if old.get(key) != new.get(key):
+            differences[key] = (old.get(key), new.get(key))
+    return differences
 
 
 def save_population(path: Path, cfg: ExperimentConfig, rnd: int, members: list[Member], tried: Tried,
                     rows: list[dict[str, Any]], elapsed: float) -> None:
     """Write the population after round `rnd` (members as plain fields; tried vectors as sorted lists)."""
-    payload = {"kind": "population", "format": FORMAT, "fingerprint": tuning_fingerprint(cfg), "round": rnd,
+    payload = {"kind": "population", "format": FORMAT, "config": cfg.to_dict(), "round": rnd,
                "members": [_plain(m) for m in members],
                "tried": {"alphas": sorted(tried.alphas), "betas": sorted(tried.betas)}, "rows": rows,
                "elapsed": elapsed}
@@ -49,10 +53,11 @@ def load_population(path: Path, cfg: ExperimentConfig) -> tuple[int, list[Member
     payload = load_trusted(path, "population checkpoint")
     if not isinstance(payload, dict) or payload.get("kind") != "population" or payload.get("format") != FORMAT:
         raise CheckpointError(f"'{path}' is not a fedhet population checkpoint (format {FORMAT})")
-    if payload["fingerprint"] != tuning_fingerprint(cfg):
-        raise CheckpointError(f"the population checkpoint in '{path.parent.parent}' was made with another "
-                              "experiment or tune section; resume with the same config, or start again with "
-                              "--overwrite")
+    differences = tuning_differences(payload["config"], cfg)
+    if differences:
+        listed = "; ".join(f"{k}: {a!r} in the checkpoint, {b!r} now" for k, (a, b) in differences.items())
+        raise CheckpointError(f"the population checkpoint in '{path.parent.parent}' was made with another config "
+                              f"({listed}); resume with the same config, or start again with --overwrite")
     members = [Member(**{**m, "fedex": FedExState(**m["fedex"]) if m.get("fedex") else None})
                for m in payload["members"]]
     seen = payload["tried"]

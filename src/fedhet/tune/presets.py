@@ -5,7 +5,7 @@ Mapping of the paper's hyperparameters to fedhet config keys:
 server alpha (Agg, Eq. 2)
   * log10 lr : U[-1, 1]            -> `server.lr` (log_uniform -1..1; server.optimizer=sgd)
   * momentum : U[0, 0.9]           -> `server.momentum` (uniform 0..0.9)
-  * log10(1 - gamma) : U[-4, -2]   -> no fedhet key: the server has no LR decay (left out)
+  * log10(1 - gamma) : U[-4, -2]   -> `server.lr_decay` (one_minus_log -4..-2: the server lr decays per round)
 client beta (Loc, Eq. 1)
   * log10 lr : U[-4, 0]            -> `train.lr`
   * momentum : U[0, 1.0]           -> `train.momentum`, uniform 0..0.99: fedhet requires momentum < 1
@@ -16,8 +16,8 @@ client beta (Loc, Eq. 1)
     of small_cnn / mlp / efficientnet_lite0), so it is left out; add it in your space for a model that takes it
   * scheduler (distribution not stated in the paper) -> no fedhet key (left out)
 FedProx: proximal strength U[0, 1.0] -> `method_args.mu` (uniform 0..1)
-SCAFFOLD: log10 lr_control U[-1, 1], log10(1 - gamma_control) U[-4, -2] -> no fedhet keys: fedhet's SCAFFOLD
-  updates its control variates with the local `train.lr` and has no decay, so `scaffold` equals `fedavg`.
+SCAFFOLD: log10 lr_control U[-1, 1], log10(1 - gamma_control) U[-4, -2] -> `method_args.control_lr` and
+  `method_args.control_decay` (the step size of SCAFFOLD's control-variate update and its per-round decay).
 
 The `*_official` presets follow the samplers of the public FedEx code (Khodak et al. 2021) that FedPop builds on:
 server momentum is a choice {0, 0.9} (Evo then flips it or keeps it) and log10 mu ~ U[-5, 0] (Evo steps of
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 _SERVER: dict[str, Any] = {
     "server.lr": {"type": "log_uniform", "low": -1, "high": 1},
     "server.momentum": {"type": "uniform", "low": 0.0, "high": 0.9},
+    "server.lr_decay": {"type": "one_minus_log", "low": -4, "high": -2},
 }
 _CLIENT: dict[str, Any] = {
     "train.lr": {"type": "log_uniform", "low": -4, "high": 0},
@@ -54,7 +55,9 @@ _SERVER_OFFICIAL = {**_SERVER, "server.momentum": {"type": "choice", "values": [
 PRESETS: dict[str, dict[str, Any]] = {
     "fedavg": {"server": _SERVER, "client": _CLIENT},
     "fedprox": {"server": _SERVER, "client": {**_CLIENT, "method_args.mu": _MU_PAPER}},
-    "scaffold": {"server": _SERVER, "client": _CLIENT},
+    "scaffold": {"server": {**_SERVER, "method_args.control_lr": {"type": "log_uniform", "low": -1, "high": 1},
+                            "method_args.control_decay": {"type": "one_minus_log", "low": -4, "high": -2}},
+                 "client": _CLIENT},
     "fedavg_official": {"server": _SERVER_OFFICIAL, "client": _CLIENT},
     "fedprox_official": {"server": _SERVER_OFFICIAL, "client": {**_CLIENT, "method_args.mu": _MU_OFFICIAL}},
 }
