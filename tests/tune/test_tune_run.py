@@ -109,3 +109,39 @@ def test_sha_stages_fit_the_budget_and_random_search_checks_it() -> None:
     check_rs_budget(5, 800, 4000)
     with pytest.raises(ConfigError, match="set rounds to 800"):
         check_rs_budget(5, 900, 4000)
+
+
+class HardKill(BaseException):
+    """Stands in for kill -9: nothing of the job's handlers runs."""
+
+
+@pytest.mark.parametrize("where", ["mid_round", "before_checkpoint", "after_checkpoint"])
+def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(tmp_path: Path, monkeypatch, where: str) -> None:
+    import fedhet.tune.population as population
+    import fedhet.tune.run as run
+
+    whole = tuned(tmp_path / "whole")
+    real_fit, real_save = population.fit_and_aggregate, run.save_population
+    calls = {"fit": 0}
+
+    def fit(*args, **kwargs):  # round 3: the first member trains, the kill comes before the second
+        calls["fit"] += 1
+        if where == "mid_round" and calls["fit"] == 2 * 3 + 2:
+            raise HardKill
+        return real_fit(*args, **kwargs)
+
+    def save(path, cfg, rnd, *rest):
+        if where == "before_checkpoint" and rnd == 3:
+            raise HardKill  # round 3's member-log lines are written, its checkpoint is not
+        real_save(path, cfg, rnd, *rest)
+        if where == "after_checkpoint" and rnd == 3:
+            raise HardKill  # the checkpoint is written, metrics.jsonl is not
+    monkeypatch.setattr(population, "fit_and_aggregate", fit)
+    monkeypatch.setattr(run, "save_population", save)
+    with pytest.raises(HardKill):
+        tuned(tmp_path / "killed")
+    monkeypatch.undo()
+    resumed = tuned(tmp_path / "killed", resume=True)
+    assert resumed.summary["final"] == whole.summary["final"] and resumed.summary["tune"] == whole.summary["tune"]
+    for name in ("metrics.jsonl", "tune/members.jsonl"):
+        assert (tmp_path / "killed" / name).read_text() == (tmp_path / "whole" / name).read_text()

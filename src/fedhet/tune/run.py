@@ -168,17 +168,19 @@ class TuningJob:
         return min(zip(self.scores(live), (m.slot for m in live), live, strict=True))[2]
 
     def commit(self, rnd: int) -> None:
-        """The population after round `rnd`, then the files that can be rebuilt from it."""
+        """Round `rnd`'s lines of the member log (a history the checkpoint does not hold: written first, so a
+        stop before the checkpoint leaves lines that the resume drops and writes again), then the population,
+        then metrics.jsonl (rebuilt from the checkpoint's rows)."""
         pop = self.population
-        save_population(self.checkpoint, self.cfg, rnd, pop.members, pop.tried, self.rows, self.elapsed)
-        self.round = rnd
-        self.dir.write_metrics(self.rows)
         self.members_log.parent.mkdir(exist_ok=True)
-        with self.members_log.open("a") as log:  # rebuilt up to the checkpoint's round on resume
+        with self.members_log.open("a") as log:
             for m in pop.members:
                 log.write(json.dumps({"round": rnd, "slot": m.slot, "alive": m.alive, "parent": m.parent,
                                       "born": m.born, "score": m.history[-1] if m.history else None,
                                       **m.values(pop.space)}) + "\n")
+        save_population(self.checkpoint, self.cfg, rnd, pop.members, pop.tried, self.rows, self.elapsed)
+        self.round = rnd
+        self.dir.write_metrics(self.rows)
 
     def postfix(self) -> str:
         live = [m for m in self.population.members if m.alive]
