@@ -35,7 +35,7 @@ from fedhet.errors import FedhetError
 from fedhet.tune.apply import apply_vector, check_space
 from fedhet.tune.checkpoint import FILENAME, load_population, save_population
 from fedhet.tune.config import TuneConfig, resolve_space, tune_config
-from fedhet.tune.fedpop import member_score
+from fedhet.tune.fedpop import is_g_round, member_score
 from fedhet.tune.population import Population
 from fedhet.tune.wrappers import best_slot, check_rs_budget, sha_rounds, survivors
 
@@ -183,9 +183,14 @@ class TuningJob:
         self.dir.write_metrics(self.rows)
 
     def postfix(self) -> str:
+        """Live configurations, the generation (FedPop-G rounds so far; SHA's stage without FedPop-G) and the
+        best-scoring configuration's latest validation loss."""
         live = [m for m in self.population.members if m.alive]
         best = self.leader()
-        return f"members={len(live)} best={best.history[-1]:.3f} (m{best.slot})"
+        rounds, t_g = range(1, self.round + 1), self.population.t_g
+        generation = (sum(is_g_round(r, t_g, last=self.cfg.rounds) for r in rounds) if self.tune.fedpop_g
+                      else sum(r <= self.round for r in self.plan))
+        return f"members={len(live)} gen={generation} best={best.history[-1]:.3f} (m{best.slot})"
 
     def finish(self) -> dict[str, Any]:
         """Choose the final configuration, evaluate its deployed models on test, write the results."""
