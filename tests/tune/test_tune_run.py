@@ -145,3 +145,8 @@ def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(tmp_path: Pat
     assert resumed.summary["final"] == whole.summary["final"] and resumed.summary["tune"] == whole.summary["tune"]
     for name in ("metrics.jsonl", "tune/members.jsonl"):
         assert (tmp_path / "killed" / name).read_text() == (tmp_path / "whole" / name).read_text()
+
+
+def test_a_space_of_server_values_only_runs_with_fedpop(tmp_path: Path) -> None:
+    result = tuned(tmp_path, "tune.space={server: {server.lr: {type: log_uniform, low: -0.3, high: 0.3}}}")
+    assert set(result.summary["tune"]["values"]) == {"server.lr"} and result.summary["tune"]["tuner"] == "fedpop"

@@ -108,8 +108,8 @@ class Population:
             self.last_scores[member.slot] = scores
             member.history.append(statistics.fmean(scores))
             self.tried.note(member.alpha, betas)
-            if self.tune.fedpop_l and self.tune.clients == "ball":
-                self.local_search(member, rnd, scores)
+            if self.tune.fedpop_l and self.tune.clients == "ball" and self.space.client.dims:
+                self.local_search(member, rnd, scores)  # (a space without client values has no local search)
             if member.fedex is not None:  # FedEx: theta steps on the active clients' validation errors
                 self.fedex_update(member, sampled, [1.0 - float(r.message.scalars["check_accuracy"])
                                                     for r in trained.replies])
