@@ -106,7 +106,8 @@ class Population:
             member.clients = {cid: st for cid, st in self.runner.get_states().items() if cid in trained_here}
             scores = [float(r.message.scalars[CHECK_LOSS]) for r in trained.replies]
             self.last_scores[member.slot] = scores
-            member.history.append(statistics.fmean(scores))
+            finite = [x for x in scores if math.isfinite(x)]  # a client with no validation data has none
+            member.history.append(statistics.fmean(finite) if finite else math.inf)
             self.tried.note(member.alpha, betas)
             if self.tune.fedpop_l and self.tune.clients == "ball" and self.space.client.dims:
                 self.local_search(member, rnd, scores)  # (a space without client values has no local search)
