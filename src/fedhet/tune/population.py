@@ -74,8 +74,7 @@ class Population:
             if member.fedex is None:
                 member.fedex = fedex_start(self.space.client, self.rng("fedex-start", 0, member.slot))
                 member.beta0 = member.fedex.mle()
-            member.betas = [dict(member.fedex.candidates[j])
-                            for j in fedex_draw(member.fedex, k, self.rng("fedex", rnd, member.slot))]
+            member.betas = [dict(member.fedex.candidates[j]) for j in self.fedex_choice(member, rnd, k)]
             return member.betas
         if self.tune.clients == "fixed" or not self.space.client.dims:
             return [dict(member.beta0) for _ in range(k)]
@@ -112,8 +111,8 @@ class Population:
             if self.tune.fedpop_l and self.tune.clients == "ball" and self.space.client.dims:
                 self.local_search(member, rnd, scores)  # (a space without client values has no local search)
             if member.fedex is not None:  # FedEx: theta steps on the active clients' validation errors
-                self.fedex_update(member, sampled, [1.0 - float(r.message.scalars["check_accuracy"])
-                                                    for r in trained.replies])
+                self.fedex_update(member, rnd, sampled, [1.0 - float(r.message.scalars["check_accuracy"])
+                                                         for r in trained.replies])
         if self.tune.fedpop_g and is_g_round(rnd, self.t_g, last=self.exp.config.rounds):
             self.global_search(rnd)
 
@@ -135,12 +134,17 @@ class Population:
                                 self.space.client, rounds_since_init=since, t_g=self.t_g, share=t.l_window,
                                 rho=t.rho)
 
-    def fedex_update(self, member: Member, sampled: list[int], errors: list[float]) -> None:
-        """One exponentiated-gradient step of the member's FedEx distribution; beta^0 is its most likely
-        candidate afterwards."""
+    def fedex_choice(self, member: Member, rnd: int, k: int) -> list[int]:
+        """The candidate each of the round's k active clients trains with, drawn from the member's theta on the
+        round's own stream (so the update after training re-derives the same draw)."""
         assert member.fedex is not None
-        index = {tuple(sorted(c.items())): j for j, c in enumerate(member.fedex.candidates)}
-        chosen = [index[tuple(sorted(b.items()))] for b in member.betas]
+        return fedex_draw(member.fedex, k, self.rng("fedex", rnd, member.slot))
+
+    def fedex_update(self, member: Member, rnd: int, sampled: list[int], errors: list[float]) -> None:
+        """One exponentiated-gradient step of the member's FedEx distribution on this round's draws; beta^0 is its
+        most likely candidate afterwards."""
+        assert member.fedex is not None
+        chosen = self.fedex_choice(member, rnd, len(sampled))  # theta has not moved since the draw
         weights = [len(self.exp.data.clients[cid].val) for cid in sampled]  # type: ignore[arg-type]
         member.fedex = fedex_step(member.fedex, chosen, errors, weights)
         member.beta0 = member.fedex.mle()
