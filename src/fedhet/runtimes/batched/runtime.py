@@ -96,7 +96,8 @@ class BatchedClients(InProcessClients):
     def fit(self, rnd: int, messages: dict[int, Message],
             algorithms: Mapping[int, Algorithm[Any, Any, Any]] | None = None) -> list[Reply]:
         """Local training of the given clients, chunk by chunk; states replace the old ones only at the end.
-        Per-client copies of the method (`algorithms`, fedhet tune) are not laned yet: they run in-process."""
+        Per-client copies of the method (`algorithms`) and validation checks (fedhet tune) are not laned yet: a
+        FedhetError asks for the in-process runtime."""
         if algorithms or self.check_split:
             raise FedhetError("the batched runtime trains every client with the run's own method and settings; "
                               "per-client hyperparameters and validation checks (fedhet tune) need "
