@@ -197,9 +197,11 @@ class TuningJob:
         pop, cfg = self.population, self.cfg
         live = [m for m in pop.members if m.alive]
         split = "val" if self.tune.select == "val" else "test"
-        accuracy = [_avg(pop.evaluate(m, cfg.rounds, split)) for m in live]
+        results = {m.slot: pop.evaluate(m, cfg.rounds, split) for m in live}
+        accuracy = [_mean([c["accuracy"] for c in results[m.slot].values()]) for m in live]
         chosen = next(m for m in live if m.slot == best_slot([m.slot for m in live], accuracy))
-        final_rows = client_rows(cfg.rounds, "test", pop.evaluate(chosen, cfg.rounds, "test"))
+        test = results[chosen.slot] if split == "test" else pop.evaluate(chosen, cfg.rounds, "test")
+        final_rows = client_rows(cfg.rounds, "test", test)
         final = {r["client"]: {k: r[k] for k in ("accuracy", "balanced_accuracy", "loss")} for r in final_rows}
         best_cfg = apply_vector(cfg, pop.space.joint, {**chosen.alpha, **chosen.beta0})
         best_cfg.tune, best_cfg.label = {}, ""
@@ -220,13 +222,9 @@ class TuningJob:
 
 
 def _mean(values: list[float]) -> float:
+    """The mean over the clients that have a value (NaN: a client without that split), as `client_rows`' avg."""
     finite = [v for v in values if v == v]
     return sum(finite) / len(finite) if finite else float("nan")
-
-
-def _avg(per_client: dict[str, dict[str, float]]) -> float:
-    rows = client_rows(0, "x", per_client)
-    return float(rows[-1]["accuracy"]) if rows else float("nan")
 
 
 def _round_of(line: str) -> int:
