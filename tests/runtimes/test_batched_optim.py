@@ -136,3 +136,46 @@ def test_optimizer_for_follows_the_train_config() -> None:
     assert optimizer_for(TrainConfig(optimizer="adam", lr=0.2)) == Adam(lr=0.2)
     assert optimizer_for(TrainConfig(optimizer="adamw", lr=0.2, weight_decay=0.1)) == Adam(
         lr=0.2, weight_decay=0.1, decoupled=True)
+
+
+LANES = {  # per lane: (lr, momentum, weight decay); lane 2 has no momentum and no decay among lanes that do
+    "sgd": [(0.1, 0.9, 0.01), (0.03, 0.5, 0.0), (0.2, 0.0, 0.0)],
+    "adam": [(0.01, 0.0, 0.0), (0.003, 0.0, 0.05), (0.02, 0.0, 0.1)],
+    "adamw": [(0.01, 0.0, 0.1), (0.003, 0.0, 0.0), (0.02, 0.0, 0.3)],
+}
+TORCH = {"sgd": lambda ps, lr, m, wd: torch.optim.SGD(ps, lr=lr, momentum=m, weight_decay=wd),
+         "adam": lambda ps, lr, m, wd: torch.optim.Adam(ps, lr=lr, weight_decay=wd),
+         "adamw": lambda ps, lr, m, wd: torch.optim.AdamW(ps, lr=lr, weight_decay=wd)}
+
+
+@pytest.mark.parametrize("kind", sorted(LANES))
+def test_lanes_with_their_own_lr_momentum_and_decay_each_match_torch(kind: str) -> None:
+    """Per-lane values (the "hp" slot, FedPop's members as lanes) under vmap: each lane equals torch.optim with its
+    own values, and its exported state is torch's own format for those values."""
+    from fedhet.core.contract import OptimSpec
+    from fedhet.runtimes.batched.optim import HP, for_lanes
+
+    specs = [OptimSpec(params=(), kind=kind, lr=lr, momentum=m, weight_decay=wd) for lr, m, wd in LANES[kind]]
+    functional, hp = for_lanes(specs)
+    assert hp is not None and torch.equal(hp["lr"], torch.tensor([s.lr for s in specs], dtype=torch.float64))
+    problems = [_problem(seed) for seed in (7, 8, 9)]
+    p = {k: torch.stack([q[k] for q, _ in problems]) for k in problems[0][0]}
+    state = functional.init(p, (3,), hp=hp)
+    update = vmap(lambda p, g, s: functional.update(p, g, s, donate=True))
+    for t in range(STEPS):
+        p, state = update(p, {k: torch.stack([gs[t][k] for _, gs in problems]) for k in p}, state)
+    for c, ((params, grads), (lr, m, wd)) in enumerate(zip(problems, LANES[kind], strict=True)):
+        want = _torch_run(lambda ps, lr=lr, m=m, wd=wd: TORCH[kind](ps, lr, m, wd), params, grads)[-1]
+        assert all(torch.allclose(p[k][c], want[k], atol=ATOL, rtol=0) for k in want), c
+        own = {slot: {k: v[c] for k, v in tensors.items()} for slot, tensors in state.items()}
+        group = functional.to_torch(own, list(params))["param_groups"][0]
+        assert (group["lr"], group["weight_decay"]) == (pytest.approx(lr), pytest.approx(wd))
+        assert HP in functional.from_torch(functional.to_torch(own, list(params)), params, own[HP])
+
+
+def test_lanes_that_agree_keep_the_exact_scalar_optimizer() -> None:
+    from fedhet.core.contract import OptimSpec
+    from fedhet.runtimes.batched.optim import for_lanes
+
+    spec = OptimSpec(params=(), kind="sgd", lr=0.1, momentum=0.9)
+    assert for_lanes([spec, spec]) == (SGD(lr=0.1, momentum=0.9), None)

@@ -73,8 +73,8 @@ def test_the_results_are_a_run_directory_with_a_runnable_best_config(tmp_path: P
 
 
 def test_bad_starts_are_one_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(FedhetError, match="fedhet tune runs its members in-process"):
-        tuned(tmp_path / "a", "run.runtime=batched")
+    with pytest.raises(FedhetError, match="fedhet tune runs its members in this process"):
+        tuned(tmp_path / "a", "run.runtime=flower")
     tuned(tmp_path / "b", stop_after=1)
     with pytest.raises(FedhetError, match="already holds a checkpoint: pass --resume"):
         tuned(tmp_path / "b")
@@ -121,10 +121,10 @@ def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(tmp_path: Pat
     import fedhet.tune.run as run
 
     whole = tuned(tmp_path / "whole")
-    real_fit, real_save = population.fit_and_aggregate, run.save_population
+    real_fit, real_save = population.aggregate_round, run.save_population
     calls = {"fit": 0}
 
-    def fit(*args, **kwargs):  # round 3: the first member trains, the kill comes before the second
+    def fit(*args, **kwargs):  # round 3: the first member aggregates, the kill comes before the second
         calls["fit"] += 1
         if where == "mid_round" and calls["fit"] == 2 * 3 + 2:
             raise HardKill
@@ -136,7 +136,7 @@ def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(tmp_path: Pat
         real_save(path, cfg, rnd, *rest)
         if where == "after_checkpoint" and rnd == 3:
             raise HardKill  # the checkpoint is written, metrics.jsonl is not
-    monkeypatch.setattr(population, "fit_and_aggregate", fit)
+    monkeypatch.setattr(population, "aggregate_round", fit)
     monkeypatch.setattr(run, "save_population", save)
     with pytest.raises(HardKill):
         tuned(tmp_path / "killed")

@@ -77,6 +77,9 @@ class Algorithm(Generic[S, C, W]):
     modality: ClassVar[str] = "any"
     # Params fields read only inside the hooks, so they may differ per call (`with_hparams`; FedProx: mu)
     call_params: ClassVar[frozenset[str]] = frozenset()
+    # call_params the local loss never reads through `self` (FedProx: mu, which `start` puts into the Work), so
+    # clients whose copies differ in them may share lanes of the batched runtime (runtimes/batched/rule.py)
+    lane_params: ClassVar[frozenset[str]] = frozenset()
     server_state_type: type[S]
     client_state_type: type[C]
     work_type: type[W]

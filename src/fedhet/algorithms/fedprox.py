@@ -46,9 +46,11 @@ def trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 @dataclass(kw_only=True)
 class ProxWork(Work):
-    """The fit's model and the frozen round-start copy of its trainable parameters, w^t."""
+    """The fit's model, the frozen round-start copy of its trainable parameters w^t, and mu as a 0-dim tensor
+    (so that the batched runtime can give every lane its own mu: `lane_params`)."""
 
     anchor: tuple[torch.Tensor, ...] = field(default=())
+    mu: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
 
 
 @register
@@ -59,7 +61,8 @@ class FedProx(Algorithm[ServerState, ClientState, ProxWork]):
     server_state_type = ServerState
     client_state_type = ClientState
     work_type = ProxWork
-    call_params = frozenset({"mu"})  # read in `loss` only
+    call_params = frozenset({"mu"})  # read in `start` only
+    lane_params = frozenset({"mu"})  # reaches the loss through the Work, so lanes may differ in it
 
     @dataclass
     class Params:
@@ -74,12 +77,13 @@ class FedProx(Algorithm[ServerState, ClientState, ProxWork]):
     def start(self, msg: Message, state: ClientState, ctx: ClientContext) -> ProxWork:
         """The received model and a frozen copy of its trainable parameters as the anchor."""
         model = self.client_model(msg, state)
-        return ProxWork(msg=msg, ctx=ctx, model=model, anchor=tuple(p.detach().clone() for p in trainable(model)))
+        anchor = tuple(p.detach().clone() for p in trainable(model))
+        mu = torch.tensor(self.params.mu, dtype=torch.float32, device=anchor[0].device if anchor else None)
+        return ProxWork(msg=msg, ctx=ctx, model=model, anchor=anchor, mu=mu)
 
     def loss(self, work: ProxWork, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Cross-entropy plus (mu/2)||w - w_global||^2."""
+        """Cross-entropy plus (mu/2)||w - w_global||^2 (mu = 0 adds exact zeros: no branch on a per-lane value)."""
         ce = cross_entropy(work.model, x, y)
-        if self.params.mu == 0 or not work.anchor:
+        if not work.anchor:
             return ce
-        mu: float = self.params.mu
-        return ce + 0.5 * mu * proximal_term(trainable(work.model), work.anchor)
+        return ce + 0.5 * work.mu * proximal_term(trainable(work.model), work.anchor)

@@ -20,7 +20,7 @@ from torch.utils.data import Dataset
 
 from fedhet.algorithms.base import Algorithm
 from fedhet.config import TrainConfig
-from fedhet.core.contract import ClientContext, ClientState, FitStats, LocalPass, OptimSpec, PassStats, minimize
+from fedhet.core.contract import ClientContext, ClientState, FitStats, LocalPass, OptimSpec, PassStats, Work, minimize
 from fedhet.core.messages import Message
 from fedhet.core.optim import build_optimizer, make_optimizer  # noqa: F401  (make_optimizer: engine.local's API)
 from fedhet.core.params import frozen
@@ -117,11 +117,17 @@ def fit_client(alg: AnyAlgorithm, msg: Message, state: ClientState, ctx: ClientC
             stats.loss, stats.steps, stats.examples = done.loss, done.steps, done.examples
     reply, new_state = alg.finish(work, state, stats)
     if check is not None:
-        with torch.random.fork_rng(devices=[]):
-            metrics = evaluate(work.model, check, ctx.device, batch_size=alg.train_cfg.batch_size,
-                               classes=ctx.data.classes)
-        reply.scalars.update(check_loss=metrics["loss"], check_accuracy=metrics["accuracy"])
+        add_check(reply, alg, work, ctx, check)
     return reply, dataclasses.replace(new_state, optim=optim)
+
+
+def add_check(reply: Message, alg: AnyAlgorithm, work: Work, ctx: ClientContext, check: Dataset[Any]) -> None:
+    """`check_loss` / `check_accuracy` of the locally trained model on `check` into the reply's scalars, on a
+    forked RNG (FedPop's score; every runtime's fit with a check split)."""
+    with torch.random.fork_rng(devices=[]):
+        metrics = evaluate(work.model, check, ctx.device, batch_size=alg.train_cfg.batch_size,
+                           classes=ctx.data.classes)
+    reply.scalars.update(check_loss=metrics["loss"], check_accuracy=metrics["accuracy"])
 
 
 def deployed_model(alg: AnyAlgorithm, msg: Message, state: ClientState, ctx: ClientContext

@@ -34,17 +34,28 @@ def sample_round(exp: Experiment, num_train_clients: int, rnd: int) -> list[int]
                                             cfg.server.min_fit_clients)]
 
 
-def fit_and_aggregate(exp: Experiment, alg: Any, server: Any, rnd: int, sampled: list[int], fit: Fit) -> TrainedRound:
-    """Broadcast to `sampled`, train them with `fit` (an executor's `fit`, or one bound to per-client copies of
-    the method), aggregate under the (seed, round) stream; a non-finite server state is a TrainingDivergedError."""
+def broadcast_round(exp: Experiment, alg: Any, server: Any, rnd: int, sampled: list[int]) -> dict[int, Message]:
+    """Each sampled client's message of round `rnd`."""
     info = exp.round_info(rnd)
-    messages = {cid: alg.broadcast(server, info, cid) for cid in sampled}
-    replies = fit(rnd, messages)
+    return {cid: alg.broadcast(server, info, cid) for cid in sampled}
+
+
+def aggregate_round(exp: Experiment, alg: Any, server: Any, rnd: int, messages: dict[int, Message],
+                    replies: list[Reply]) -> TrainedRound:
+    """Aggregate the replies under the (seed, round) stream; a non-finite server state is a
+    TrainingDivergedError."""
     flows = traffic(list(messages.values()), [r.message for r in replies])
     with seeded(exp.config.seed, rnd, "aggregate"):
-        server = alg.aggregate(server, replies, info)
+        server = alg.aggregate(server, replies, exp.round_info(rnd))
     bad = first_nonfinite(server)
     if bad is not None:  # a finite last loss can still leave infinite weights: never commit them
         raise TrainingDivergedError(f"the server state {bad} became NaN/inf after aggregation in round {rnd}; "
                                     f"{DIVERGED_ADVICE}")
     return TrainedRound(server, replies, flows)
+
+
+def fit_and_aggregate(exp: Experiment, alg: Any, server: Any, rnd: int, sampled: list[int], fit: Fit) -> TrainedRound:
+    """Broadcast to `sampled`, train them with `fit` (an executor's `fit`, or one bound to per-client copies of
+    the method), aggregate (`aggregate_round`)."""
+    messages = broadcast_round(exp, alg, server, rnd, sampled)
+    return aggregate_round(exp, alg, server, rnd, messages, fit(rnd, messages))

@@ -13,7 +13,6 @@ fixed vectors is the same federation as `fedhet run` of its configuration; the t
 from __future__ import annotations
 
 import copy
-import functools
 import logging
 import math
 import statistics
@@ -21,21 +20,23 @@ from typing import Any
 
 import numpy as np
 
+from fedhet.core.messages import Reply
 from fedhet.core.seeding import numpy_rng, seeded
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.local import fit_client
-from fedhet.engine.rounds import fit_and_aggregate, sample_round
+from fedhet.engine.rounds import aggregate_round, broadcast_round, sample_round
 from fedhet.errors import TrainingDivergedError
+from fedhet.runtimes.batched import BatchedClients
 from fedhet.runtimes.inprocess import InProcessClients
 from fedhet.tune.config import TuneConfig
 from fedhet.tune.evo import anneal, delta_ball
 from fedhet.tune.fedex import fedex_draw, fedex_start, fedex_step
 from fedhet.tune.fedpop import Tried, fedpop_g, fedpop_l, is_g_round, member_score
+from fedhet.tune.fitting import CHECK_LOSS, MemberRound, fit_as_lanes, fit_in_process
 from fedhet.tune.member import Member, MethodCopies
 from fedhet.tune.space import HPVector, SearchSpace
 
 log = logging.getLogger(__name__)
-CHECK_LOSS = "check_loss"  # the reply scalar fit_client(check=...) adds: the locally trained model's val loss
 
 
 class Population:
@@ -45,7 +46,7 @@ class Population:
         self.exp, self.tune, self.space = exp, tune, space
         self.base = exp.algorithm
         self.copies = MethodCopies(exp.config, self.base, space)
-        self.runner = InProcessClients(exp)
+        self.runner = BatchedClients(exp) if exp.config.run.runtime == "batched" else InProcessClients(exp)
         self.runner.check_split = "val"
         self.members: list[Member] = []
         self.last_scores: dict[int, list[float]] = {}  # slot -> s_i^k of its active clients, last round
@@ -83,38 +84,53 @@ class Population:
         return member.betas
 
     def play_round(self, rnd: int) -> None:
-        """One communication round of every live member (Alg. 1, lines 'for i in 1..N_c'); the members' scores
-        of this round are appended to their histories and kept per client in `last_scores`."""
+        """One communication round of every live member (Alg. 1, lines 'for i in 1..N_c'): broadcasts, the
+        clients' training (each member in turn in-process, all members' clients at once as lanes with
+        `run.runtime: batched`), then each member's aggregation and searches. The members' scores of this round
+        are appended to their histories and kept per client in `last_scores`."""
         sampled = sample_round(self.exp, self.runner.num_train_clients, rnd)
-        for member in self.members:
-            if not member.alive:
-                continue
-            betas = self.local_vectors(member, rnd, len(sampled))
-            copies = {cid: self.copies.of(member.alpha, beta) for cid, beta in zip(sampled, betas, strict=True)}
-            center = self.copies.of(member.alpha, member.beta0)
-            self.runner.alg = center
-            self.runner.set_states(self.states_of(member))
+        plans = [self.plan(member, rnd, sampled) for member in self.members if member.alive]
+        if isinstance(self.runner, BatchedClients):
+            fitted = fit_as_lanes(self.runner, rnd, plans, self.states_of)
+        else:
+            fitted = {plan.member.slot: fit_in_process(self.runner, rnd, plan, self.states_of(plan.member))
+                      for plan in plans}
+        for plan in plans:
+            member, result = plan.member, fitted[plan.member.slot]
             try:
-                trained = fit_and_aggregate(self.exp, center, member.server, rnd, sampled,
-                                            functools.partial(self.runner.fit, algorithms=copies))
+                if isinstance(result, str):
+                    raise TrainingDivergedError(result)
+                trained = aggregate_round(self.exp, plan.center, member.server, rnd, plan.messages, result[0])
             except TrainingDivergedError as err:  # bad hyperparameters: the worst score, not the job's end
                 self.diverged(member, rnd, str(err))
                 continue
             member.server = trained.server
-            trained_here = set(sampled) | set(member.clients)  # only clients that trained keep a state
-            member.clients = {cid: st for cid, st in self.runner.get_states().items() if cid in trained_here}
-            scores = [float(r.message.scalars[CHECK_LOSS]) for r in trained.replies]
-            self.last_scores[member.slot] = scores
-            finite = [x for x in scores if math.isfinite(x)]  # a client with no validation data has none
-            member.history.append(statistics.fmean(finite) if finite else math.inf)
-            self.tried.note(member.alpha, betas)
-            if self.tune.fedpop_l and self.tune.clients == "ball" and self.space.client.dims:
-                self.local_search(member, rnd, scores)  # (a space without client values has no local search)
-            if member.fedex is not None:  # FedEx: theta steps on the active clients' validation errors
-                self.fedex_update(member, rnd, sampled, [1.0 - float(r.message.scalars["check_accuracy"])
-                                                         for r in trained.replies])
+            member.clients = {**member.clients, **result[1]}  # only clients that trained keep a state
+            self.after_training(member, rnd, sampled, plan.betas, trained.replies)
         if self.tune.fedpop_g and is_g_round(rnd, self.t_g, last=self.exp.config.rounds):
             self.global_search(rnd)
+
+    def plan(self, member: Member, rnd: int, sampled: list[int]) -> MemberRound:
+        """The member's local vectors, method copies and messages for this round."""
+        betas = self.local_vectors(member, rnd, len(sampled))
+        copies = {cid: self.copies.of(member.alpha, beta) for cid, beta in zip(sampled, betas, strict=True)}
+        center = self.copies.of(member.alpha, member.beta0)
+        return MemberRound(member, betas, center, copies, broadcast_round(self.exp, center, member.server, rnd,
+                                                                          sampled))
+
+    def after_training(self, member: Member, rnd: int, sampled: list[int], betas: list[HPVector],
+                       replies: list[Reply]) -> None:
+        """The member's score of this round and its searches: FedPop-L, or FedEx's step."""
+        scores = [float(r.message.scalars[CHECK_LOSS]) for r in replies]
+        self.last_scores[member.slot] = scores
+        finite = [x for x in scores if math.isfinite(x)]  # a client with no validation data has none
+        member.history.append(statistics.fmean(finite) if finite else math.inf)
+        self.tried.note(member.alpha, betas)
+        if self.tune.fedpop_l and self.tune.clients == "ball" and self.space.client.dims:
+            self.local_search(member, rnd, scores)  # (a space without client values has no local search)
+        if member.fedex is not None:  # FedEx: theta steps on the active clients' validation errors
+            self.fedex_update(member, rnd, sampled, [1.0 - float(r.message.scalars["check_accuracy"])
+                                                     for r in replies])
 
     def diverged(self, member: Member, rnd: int, why: str) -> None:
         """A member whose training diverged keeps its last finite state and scores +inf this round, so FedPop-G

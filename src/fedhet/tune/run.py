@@ -64,9 +64,9 @@ def run_tuning(cfg: ExperimentConfig, run_dir: str | Path | None = None, *, resu
                config_dir: Path | None = None) -> TuneResult:
     """Run (or resume) one tuning job in this process (module docstring); everything is checked first."""
     tune = tune_config(cfg)
-    if cfg.run.runtime != "inprocess":
-        raise FedhetError(f"fedhet tune runs its members in-process; set run.runtime=inprocess (got "
-                          f"{cfg.run.runtime})")
+    if cfg.run.runtime not in ("inprocess", "batched"):
+        raise FedhetError(f"fedhet tune runs its members in this process, one after another "
+                          f"(run.runtime=inprocess) or as lanes (run.runtime=batched); got {cfg.run.runtime}")
     space = resolve_space(tune, config_dir)
     check_space(space, cfg)
     plan = (sha_rounds(cfg.rounds, tune.eliminations, tune.num_configs, tune.eta, tune.budget)

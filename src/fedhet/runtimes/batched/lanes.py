@@ -7,6 +7,9 @@ together in one vmapped call per `LossStep` stage (step.py): all lanes when ever
 otherwise one group per batch size (an epoch's last batch, a client with less data than the batch size), gathered
 and scattered back by lane index. So the algorithm's own loss always sees exactly a lane's real batch (no padding,
 which an opaque loss could not exclude), nothing is dropped, and a lane that has finished takes no part.
+Lanes may differ in their optimizer's lr / momentum / weight decay (optim.for_lanes: per-lane values in the
+state's "hp" slot) and, through their own streams, in step counts and batch sizes. A lane whose loss turns
+non-finite is reported (`PassResult.diverged`); the other lanes' steps do not depend on it.
 """
 
 from __future__ import annotations
@@ -20,20 +23,20 @@ from torch.utils._pytree import tree_map
 
 from fedhet.core.contract import LocalPass, LossStep, OptimSpec, PassStats
 from fedhet.core.params import frozen
-from fedhet.engine.finite import DIVERGED_ADVICE
-from fedhet.errors import TrainingDivergedError
 from fedhet.runtimes.batched.data import Batch, BatchStream
-from fedhet.runtimes.batched.optim import FunctionalOptimizer, OptState, Tensors, optimizer_of
+from fedhet.runtimes.batched.optim import FunctionalOptimizer, OptState, Tensors, for_lanes
 from fedhet.runtimes.batched.rule import Layout
 from fedhet.runtimes.batched.step import RoutedWork, StepFn, stage_step
 
 
 @dataclass
 class PassResult:
-    """Each lane's statistics and persisted optimizer states (torch state_dict format, by optimizer name)."""
+    """Each lane's statistics, persisted optimizer states (torch state_dict format, by optimizer name) and
+    whether a stage's loss became NaN / inf."""
 
     stats: list[PassStats]
     optim: list[dict[str, dict[str, Any]]]
+    diverged: list[bool]
 
 
 @dataclass
@@ -47,38 +50,47 @@ class Optim:
 
 
 class PassRunner:
-    """Runs lane 0's pass `template` for every lane; `state` (stacked, on the device) is updated in place."""
+    """Runs lane 0's pass (`passes[0]`) for every lane, with each lane's own optimizer values (`passes[i]`);
+    `state` (stacked, on the device) is updated in place."""
 
-    def __init__(self, routed: RoutedWork, template: LocalPass, layout: Layout, saved: Sequence[dict[str, Any]],
-                 state: Tensors) -> None:
+    def __init__(self, routed: RoutedWork, passes: Sequence[LocalPass], layout: Layout,
+                 saved: Sequence[dict[str, Any]], state: Tensors) -> None:
+        template = passes[0]
         if not isinstance(template.step, LossStep):
             raise TypeError("the batched runtime runs LossStep passes only (rule.check_passes)")
         self.routed, self.template, self.state, self.lanes = routed, template, state, len(saved)
         with frozen(template.frozen):  # requires_grad as the in-process pass sees it
             self.grad_keys = [layout.keys[id(p)] for f in layout.modules
                               for p in getattr(routed.work, f).parameters() if p.requires_grad]
-            self.optims = {name: self._optim(spec, layout, saved, name) for name, spec in template.optimizers.items()}
+            self.optims = {name: self._optim([p.optimizers[name] for p in passes], layout, saved, name)
+                           for name in template.optimizers}
         self.steps: list[tuple[str, StepFn]] = []
         for loss_of, name in template.step.stages:
             o = self.optims[name]
             self.steps.append((name, stage_step(routed, loss_of, o.keys, o.fn, o.spec.grad_clip)))
 
-    def _optim(self, spec: OptimSpec, layout: Layout, saved: Sequence[dict[str, Any]], name: str) -> Optim:
-        """Stacked optimizer state: fresh, or each lane's persisted torch state where it has one."""
-        fn, keys = optimizer_of(spec), [layout.keys[id(p)] for p in spec.params if p.requires_grad]
+    def _optim(self, specs: list[OptimSpec], layout: Layout, saved: Sequence[dict[str, Any]], name: str) -> Optim:
+        """Stacked optimizer state: fresh, or each lane's persisted torch state where it has one; the lanes'
+        own lr / momentum / weight decay in its "hp" slot where they differ."""
+        spec = specs[0]
+        (fn, hp), keys = for_lanes(specs), [layout.keys[id(p)] for p in spec.params if p.requires_grad]
         params = {k: self.state[k] for k in keys}
+        dev = next(iter(self.state.values())).device
+        hp = None if hp is None else {n: v.to(dev) for n, v in hp.items()}
         if not spec.persist or all(name not in s for s in saved):
-            return Optim(spec, fn, keys, fn.init(params, (self.lanes,)))
+            return Optim(spec, fn, keys, fn.init(params, (self.lanes,), hp=hp))
         states = []
         for i, s in enumerate(saved):
             own = {k: v[i] for k, v in params.items()}
-            states.append(fn.from_torch(s[name], own) if name in s else fn.init(own))
+            own_hp = None if hp is None else {n: v[i] for n, v in hp.items()}
+            states.append(fn.from_torch(s[name], own, own_hp) if name in s else fn.init(own, hp=own_hp))
         stacked = {slot: {k: torch.stack([st[slot][k] for st in states]) for k in states[0][slot]}
                    for slot in states[0]}
         return Optim(spec, fn, keys, stacked)
 
-    def run(self, streams: Sequence[BatchStream], tensors: dict[str, Any], labels: Sequence[str]) -> PassResult:
-        """Every lane's steps (see the module docstring); NaN / inf of any stage's loss fails the pass."""
+    def run(self, streams: Sequence[BatchStream], tensors: dict[str, Any]) -> PassResult:
+        """Every lane's steps (see the module docstring); a lane with a NaN / inf loss at any stage is marked
+        diverged (the caller fails the fit or, for a tuning population, that member only)."""
         dev = next(iter(self.state.values())).device
         counts = [s.steps for s in streams]
         loss_sum = torch.zeros(self.lanes, dtype=torch.float64, device=dev)
@@ -94,12 +106,9 @@ class PassRunner:
                 loss, finite = self.group_step(idx, drawn, tensors, dev)
                 loss_sum[idx] += loss.to(torch.float64)
                 bad[idx] |= ~finite
-        if bool(bad.any()):
-            which = ", ".join(label for label, b in zip(labels, bad.tolist(), strict=True) if b)
-            raise TrainingDivergedError(f"loss became NaN/inf in batched local training ({which}); {DIVERGED_ADVICE}")
         stats = [PassStats(loss=float(loss_sum[i]) / max(counts[i], 1), steps=counts[i], examples=examples[i])
                  for i in range(self.lanes)]
-        return PassResult(stats, [self._persisted(i) for i in range(self.lanes)])
+        return PassResult(stats, [self._persisted(i) for i in range(self.lanes)], bad.tolist())
 
     def group_step(self, idx: list[int], drawn: dict[int, Batch], tensors: dict[str, Any], dev: torch.device
                ) -> tuple[torch.Tensor, torch.Tensor]:

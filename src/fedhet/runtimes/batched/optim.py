@@ -16,6 +16,13 @@ The arithmetic follows torch.optim's single-tensor code path operation by operat
 - `clip_grad_norm` is `torch.nn.utils.clip_grad_norm_` (total 2-norm, coefficient max_norm / (norm + 1e-6)
   clamped at 1).
 
+Per-lane hyperparameters (FedPop's members and local vectors as lanes, docs/design_fedpop_runner.md §4): when
+lanes differ in lr / momentum / weight decay, `for_lanes` puts them in the state's slot `"hp"` (one value per
+lane, carried through vmap, gathers and checkpoints like any other state) and the optimizer's own fields then
+only say which terms exist (momentum buffers, a decay term); a lane with momentum 0 takes 0 * buf + g == g.
+The per-lane arithmetic is `p - lr * g` rather than torch's fused `add(alpha=-lr)`, so it agrees with torch.optim
+to float rounding (tests: 1e-6), not bit for bit; lanes that share their values keep the exact scalar path.
+
 The state holds a per-client `step` count: a client that sits out a step keeps its old state (see lanes.py),
 so clients may have taken different numbers of steps. `to_torch` / `from_torch` convert one client's state
 to and from `torch.optim.Optimizer.state_dict()` format (parameters indexed in `params` order), so a
@@ -24,7 +31,10 @@ persisted optimizer state (`train.persist_optimizer`) moves freely between this 
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 
@@ -33,6 +43,21 @@ from fedhet.core.contract import OptimSpec
 
 Tensors = dict[str, torch.Tensor]
 OptState = dict[str, Tensors]  # slot -> parameter name -> tensor; slot "step" maps "" -> count
+HP = "hp"  # the slot of per-lane hyperparameters: name -> one value per lane (float64)
+Scalar = float | torch.Tensor
+
+
+def _axpy(y: torch.Tensor, a: Scalar, x: torch.Tensor, donate: bool = False) -> torch.Tensor:
+    """y + a * x: torch's fused `add(alpha=a)` for a Python float, `y + a * x` for a per-lane tensor."""
+    if isinstance(a, float):
+        return y.add_(x, alpha=a) if donate else y.add(x, alpha=a)
+    return y.add_(a * x) if donate else y + a * x
+
+
+def _hp(state: OptState, name: str, default: float, like: torch.Tensor) -> Scalar:
+    """The lane's value of hyperparameter `name` (broadcastable against `like`), or the optimizer's own float."""
+    hp = state.get(HP)
+    return default if hp is None else _expand(hp[name], like).to(like.dtype)
 
 
 def _expand(scalar: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -50,12 +75,15 @@ class SGD:
     weight_decay: float = 0.0
     nesterov: bool = False
 
-    def init(self, params: Tensors, step_shape: tuple[int, ...] = ()) -> OptState:
-        """Fresh state: zero buffers (unused until the first step) and step count 0 per client."""
+    def init(self, params: Tensors, step_shape: tuple[int, ...] = (), hp: Tensors | None = None) -> OptState:
+        """Fresh state: zero buffers (unused until the first step), step count 0 per client, and the per-lane
+        hyperparameters `hp` if given."""
         ref = next(iter(params.values()))
         state: OptState = {"step": {"": torch.zeros(step_shape, dtype=torch.float32, device=ref.device)}}
         if self.momentum != 0:
             state["momentum_buffer"] = {k: torch.zeros_like(v) for k, v in params.items()}
+        if hp is not None:
+            state[HP] = hp
         return state
 
     def update(self, params: Tensors, grads: Tensors, state: OptState, donate: bool = False
@@ -67,36 +95,41 @@ class SGD:
         new_buf: Tensors = {}
         for k, p in params.items():
             g = grads[k]
+            lr, momentum = _hp(state, "lr", self.lr, p), _hp(state, "momentum", self.momentum, p)
             if self.weight_decay != 0:
-                g = g.add(p, alpha=self.weight_decay)
+                g = _axpy(g, _hp(state, "weight_decay", self.weight_decay, p), p)
             if self.momentum != 0:
                 old = state["momentum_buffer"][k]
-                buf = (old.mul_(self.momentum) if donate else old.mul(self.momentum)).add_(g, alpha=1 - self.dampening)
+                buf = (old.mul_(momentum) if donate else old.mul(momentum)).add_(g, alpha=1 - self.dampening)
                 if self.dampening != 0:  # torch's first step copies the gradient (with dampening 0, 0 * m + g = g)
                     buf = torch.where(_expand(step, p) > 0, buf, g)
                 new_buf[k] = buf
-                g = g.add(buf, alpha=self.momentum) if self.nesterov else buf
-            new_p[k] = p.add_(g, alpha=-self.lr) if donate else p.add(g, alpha=-self.lr)
+                g = _axpy(g, momentum, buf) if self.nesterov else buf
+            new_p[k] = _axpy(p, -lr, g, donate)
         new_state: OptState = {"step": {"": step + 1}}
         if self.momentum != 0:
             new_state["momentum_buffer"] = new_buf
+        if HP in state:
+            new_state[HP] = state[HP]
         return new_p, new_state
 
     def to_torch(self, state: OptState, names: list[str]) -> dict:
-        """One client's state as `torch.optim.SGD.state_dict()` (no entries before the first step)."""
+        """One client's state as `torch.optim.SGD.state_dict()` (no entries before the first step), with the
+        client's own values where they are per lane."""
+        own = _own(self, state)
         entries: dict[int, dict[str, torch.Tensor]] = {}
-        if self.momentum != 0 and float(state["step"][""]) > 0:
+        if own.momentum != 0 and float(state["step"][""]) > 0:
             entries = {i: {"momentum_buffer": state["momentum_buffer"][k].clone()} for i, k in enumerate(names)}
-        group = {"lr": self.lr, "momentum": self.momentum, "dampening": self.dampening,
-                 "weight_decay": self.weight_decay, "nesterov": self.nesterov, "maximize": False, "foreach": None,
+        group = {"lr": own.lr, "momentum": own.momentum, "dampening": self.dampening,
+                 "weight_decay": own.weight_decay, "nesterov": self.nesterov, "maximize": False, "foreach": None,
                  "differentiable": False, "fused": None, "params": list(range(len(names)))}
         return {"state": entries, "param_groups": [group]}
 
-    def from_torch(self, saved: dict, params: Tensors) -> OptState:
+    def from_torch(self, saved: dict, params: Tensors, hp: Tensors | None = None) -> OptState:
         """One client's state from a `torch.optim.SGD.state_dict()` over `params` (in order)."""
-        state = self.init(params)
+        state = self.init(params, hp=hp)
         entries = saved.get("state", {})
-        if self.momentum != 0 and entries:
+        if self.momentum != 0 and entries and "momentum_buffer" in entries[0]:
             state["momentum_buffer"] = {k: entries[i]["momentum_buffer"].detach().clone().to(p)
                                         for i, (k, p) in enumerate(params.items())}
             state["step"][""] = torch.ones((), device=next(iter(params.values())).device)
@@ -113,12 +146,15 @@ class Adam:
     weight_decay: float = 0.0
     decoupled: bool = False
 
-    def init(self, params: Tensors, step_shape: tuple[int, ...] = ()) -> OptState:
-        """Fresh state: zero moments and step count 0 per client."""
+    def init(self, params: Tensors, step_shape: tuple[int, ...] = (), hp: Tensors | None = None) -> OptState:
+        """Fresh state: zero moments, step count 0 per client, and the per-lane hyperparameters `hp` if given."""
         ref = next(iter(params.values()))
-        return {"step": {"": torch.zeros(step_shape, dtype=torch.float32, device=ref.device)},
-                "exp_avg": {k: torch.zeros_like(v) for k, v in params.items()},
-                "exp_avg_sq": {k: torch.zeros_like(v) for k, v in params.items()}}
+        state = {"step": {"": torch.zeros(step_shape, dtype=torch.float32, device=ref.device)},
+                 "exp_avg": {k: torch.zeros_like(v) for k, v in params.items()},
+                 "exp_avg_sq": {k: torch.zeros_like(v) for k, v in params.items()}}
+        if hp is not None:
+            state[HP] = hp
+        return state
 
     def update(self, params: Tensors, grads: Tensors, state: OptState, donate: bool = False
                ) -> tuple[Tensors, OptState]:
@@ -131,38 +167,47 @@ class Adam:
         new_p: Tensors = {}
         new_m: Tensors = {}
         new_v: Tensors = {}
+        hp = state.get(HP)
+        lr: Scalar = self.lr if hp is None else hp["lr"]  # per lane: float64, as torch's Python step size
         for k, p in params.items():
             g = grads[k]
             if self.weight_decay != 0:
+                wd = _hp(state, "weight_decay", self.weight_decay, p)
                 if self.decoupled:
-                    p = p.mul_(1 - self.lr * self.weight_decay) if donate else p.mul(1 - self.lr * self.weight_decay)
+                    shrink = 1 - _hp(state, "lr", self.lr, p) * wd
+                    p = p.mul_(shrink) if donate else p.mul(shrink)
                 else:
-                    g = g.add(p, alpha=self.weight_decay)
+                    g = _axpy(g, wd, p)
             # the moments are updated out of place even when donated: vmap has no batching rule for lerp_/addcmul_
             m = state["exp_avg"][k].lerp(g, 1 - beta1)
             v = state["exp_avg_sq"][k].mul(beta2).addcmul(g, g, value=1 - beta2)
             denom = (v.sqrt() / _expand(bias2_sqrt, p).to(p.dtype)).add_(self.eps)
-            update = _expand(-self.lr / bias1, p).to(p.dtype) * m / denom  # torch: addcdiv(value=-step_size)
+            update = _expand(-lr / bias1, p).to(p.dtype) * m / denom  # torch: addcdiv(value=-step_size)
             new_p[k] = p.add_(update) if donate else p + update
             new_m[k], new_v[k] = m, v
-        return new_p, {"step": {"": step}, "exp_avg": new_m, "exp_avg_sq": new_v}
+        new_state = {"step": {"": step}, "exp_avg": new_m, "exp_avg_sq": new_v}
+        if hp is not None:
+            new_state[HP] = hp
+        return new_p, new_state
 
     def to_torch(self, state: OptState, names: list[str]) -> dict:
-        """One client's state as `torch.optim.Adam(W).state_dict()` (no entries before the first step)."""
+        """One client's state as `torch.optim.Adam(W).state_dict()` (no entries before the first step), with the
+        client's own values where they are per lane."""
+        own = _own(self, state)
         step = state["step"][""]
         entries: dict[int, dict[str, torch.Tensor]] = {}
         if float(step) > 0:
             entries = {i: {"step": step.detach().to("cpu", torch.float32).clone(),
                            "exp_avg": state["exp_avg"][k].clone(), "exp_avg_sq": state["exp_avg_sq"][k].clone()}
                        for i, k in enumerate(names)}
-        group = {"lr": self.lr, "betas": self.betas, "eps": self.eps, "weight_decay": self.weight_decay,
+        group = {"lr": own.lr, "betas": self.betas, "eps": self.eps, "weight_decay": own.weight_decay,
                  "amsgrad": False, "maximize": False, "foreach": None, "capturable": False, "differentiable": False,
                  "fused": None, "decoupled_weight_decay": self.decoupled, "params": list(range(len(names)))}
         return {"state": entries, "param_groups": [group]}
 
-    def from_torch(self, saved: dict, params: Tensors) -> OptState:
+    def from_torch(self, saved: dict, params: Tensors, hp: Tensors | None = None) -> OptState:
         """One client's state from a `torch.optim.Adam(W).state_dict()` over `params` (in order)."""
-        state = self.init(params)
+        state = self.init(params, hp=hp)
         entries = saved.get("state", {})
         if entries:
             for i, (k, p) in enumerate(params.items()):
@@ -192,6 +237,32 @@ def optimizer_of(spec: OptimSpec) -> FunctionalOptimizer:
     if spec.kind == "adamw":
         return Adam(lr=spec.lr, weight_decay=spec.weight_decay, decoupled=True)
     return SGD(lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
+
+
+LANED = ("lr", "momentum", "weight_decay")  # what may differ between lanes of one optimizer
+
+
+def for_lanes(specs: Sequence[OptimSpec]) -> tuple[FunctionalOptimizer, Tensors | None]:
+    """The functional optimizer of lanes whose specs differ at most in `LANED` values, and their per-lane values
+    (slot "hp", one float64 per lane) when they differ; (`optimizer_of(spec)`, None) when all lanes agree."""
+    first = optimizer_of(specs[0])
+    if all((s.lr, s.momentum, s.weight_decay) == (specs[0].lr, specs[0].momentum, specs[0].weight_decay)
+           for s in specs):
+        return first, None
+    names = LANED if isinstance(first, SGD) else ("lr", "weight_decay")
+    hp = {n: torch.tensor([float(getattr(s, n)) for s in specs], dtype=torch.float64) for n in names}
+    present: dict[str, Any] = {n: float(bool(hp[n].ne(0).any())) for n in names if n != "lr"}  # terms that exist
+    return dataclasses.replace(first, **present), hp
+
+
+O = TypeVar("O", "SGD", "Adam")
+
+
+def _own(fn: O, state: OptState) -> O:
+    """`fn` with one client's per-lane values (its state's 0-dim "hp" entries) as its own fields."""
+    hp = state.get(HP)
+    values: dict[str, Any] = {} if hp is None else {n: float(v) for n, v in hp.items()}
+    return dataclasses.replace(fn, **values)
 
 
 def clip_grad_norm(grads: Tensors, max_norm: float) -> Tensors:

@@ -11,12 +11,13 @@ into lane 0's Work (step.py). That is the same computation as each client's own 
 3. the modules the loss reads are fields of the Work (`nn.Module` values), called through those fields, no two
    sharing a parameter, without hooks (and, norm.py, without dropout or buffers other than BatchNorm's); the
    optimizers' parameters and the frozen ones belong to them;
-4. each lane's `loss_of` is lane 0's function (same code) closing over the same objects, except its own Work,
-   and none of them a module or tensor (those must be reached through the Work);
+4. each lane's `loss_of` is lane 0's function (same code) closing over the same objects, except its own Work
+   and its own copy of the method (`with_hparams`, FedPop's per-client vectors) when the copies share a
+   `lane_group`, and none of them a module or tensor (those must be reached through the Work);
 5. the loss reads from the Work only its module and tensor fields, and scalar fields equal on every client:
    the others (`msg`, `ctx`, per-client objects) are replaced by a guard that refuses any read (`GuardedRead`);
 6. every lane's Work and passes have lane 0's shape (field kinds, tensor shapes, pass names, stages, optimizer
-   hyperparameters, trained and frozen parameters);
+   kinds and settings other than lr / momentum / weight decay, trained and frozen parameters);
 7. the loss runs under `torch.func.vmap` and `grad` (no random numbers, no data-dependent Python branches,
    no `.item()`): runtime.py turns such a failure into a refusal.
 
@@ -32,11 +33,31 @@ from typing import Any
 import torch
 from torch import nn
 
+from fedhet.algorithms.base import Algorithm
+from fedhet.config import TrainConfig
 from fedhet.core.contract import LocalPass, LossStep, OptimSpec, Work
 from fedhet.errors import ConfigError
 
 KINDS = ("sgd", "adam", "adamw")
 SCALARS = (int, float, str, bool, type(None))
+LANED_TRAIN = ("lr", "momentum", "weight_decay", "local_epochs", "local_steps", "batch_size")
+SERVER_SIDE = ("server_cfg", "server_opt")  # read by aggregation only, never by a client's fit
+
+
+def lane_group(alg: Algorithm[Any, Any, Any]) -> tuple[Any, ...]:
+    """Copies of one method (`with_hparams`) whose clients may be lanes of one vectorized step share this key:
+    the same objects built in `__init__` and the same settings, except the ones the runtime lanes (the local
+    optimizer's lr / momentum / weight decay, the step count and batch size: `LANED_TRAIN`; the method's
+    `lane_params`, which its `start` puts into the Work as tensors) and the server's. Clients of copies with
+    different keys are trained in separate groups."""
+    neutral = TrainConfig()
+    train = dataclasses.replace(alg.train_cfg, **{f: getattr(neutral, f) for f in LANED_TRAIN})
+    laned = alg.lane_params
+    params = alg.params
+    fixed = [(f.name, getattr(params, f.name)) for f in dataclasses.fields(params) if f.name not in laned] \
+        if dataclasses.is_dataclass(params) else [("params", params)]
+    shared = sorted((k, id(v)) for k, v in vars(alg).items() if k not in ("train_cfg", "params", *SERVER_SIDE))
+    return (type(alg), tuple(shared), repr(train), repr(fixed))
 
 
 def refusal(method: str, why: str) -> ConfigError:
@@ -193,7 +214,8 @@ def shape_of(lane: LaneWork, k: int, layout: Layout) -> tuple[Any, ...]:
         return ("opaque",)
     keys = {id(t): key for name in layout.modules
             for key, t in _named(getattr(lane.work, name), name)}
-    optims = tuple((name, dataclasses.replace(spec, params=(), after_backward=None),
+    optims = tuple((name, dataclasses.replace(spec, params=(), after_backward=None, lr=0.0, momentum=0.0,
+                                              weight_decay=0.0),
                     tuple(keys.get(id(q)) for q in spec.params)) for name, spec in sorted(p.optimizers.items()))
     frozen = tuple(keys.get(id(q)) for q in p.frozen)
     modules = tuple(next((n for n in layout.modules if getattr(lane.work, n) is m), None) for m in p.modules)
@@ -205,7 +227,8 @@ def _named(module: nn.Module, prefix: str) -> list[tuple[str, torch.Tensor]]:
 
 
 def same_function(f0: Any, fi: Any, work0: Work, worki: Work) -> bool:
-    """Rule 4: same code, same defaults, and closure cells holding the same objects except each lane's Work."""
+    """Rule 4: same code, same defaults, and closure cells holding the same objects except each lane's Work and
+    its copy of the method (same `lane_group`)."""
     if f0 is fi:
         return True
     code = getattr(f0, "__code__", None)
@@ -213,5 +236,10 @@ def same_function(f0: Any, fi: Any, work0: Work, worki: Work) -> bool:
         return False
     cells0, cellsi = f0.__closure__ or (), fi.__closure__ or ()
     return len(cells0) == len(cellsi) and all(
-        a.cell_contents is b.cell_contents or (a.cell_contents is work0 and b.cell_contents is worki)
-        for a, b in zip(cells0, cellsi, strict=True))
+        _same_cell(a.cell_contents, b.cell_contents, work0, worki) for a, b in zip(cells0, cellsi, strict=True))
+
+
+def _same_cell(a: Any, b: Any, work0: Work, worki: Work) -> bool:
+    if a is b or (a is work0 and b is worki):
+        return True
+    return isinstance(a, Algorithm) and isinstance(b, Algorithm) and lane_group(a) == lane_group(b)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
@@ -25,7 +26,9 @@ from fedhet.core.contract import ClientState, FitStats, LocalPass
 from fedhet.core.messages import Message, Reply
 from fedhet.core.seeding import FIT, client_stream
 from fedhet.engine.experiment import Experiment
-from fedhet.errors import FedhetError
+from fedhet.engine.finite import DIVERGED_ADVICE
+from fedhet.engine.local import add_check
+from fedhet.errors import TrainingDivergedError
 from fedhet.runtimes.batched.data import BatchStream, ClientRng
 from fedhet.runtimes.batched.lanes import PassRunner
 from fedhet.runtimes.batched.memory import MB, clients_per_chunk, default_budget_bytes, lane_bytes
@@ -34,6 +37,7 @@ from fedhet.runtimes.batched.rule import (
     LaneWork,
     Layout,
     check_passes,
+    lane_group,
     layout_of,
     refusal,
     shape_key,
@@ -45,13 +49,36 @@ from fedhet.runtimes.inprocess import InProcessClients
 T = TypeVar("T")
 
 
+@dataclass
+class FitJob:
+    """One client's fit in one federation: the method copy it trains with, its id, message and state."""
+
+    alg: Algorithm[Any, Any, Any]
+    cid: int
+    msg: Message
+    state: ClientState
+
+
+@dataclass
+class FitOutcome:
+    """A job's reply (None: its loss became NaN / inf) and new client state (the old one when it diverged)."""
+
+    reply: Message | None
+    state: ClientState
+
+
 class BatchedClients(InProcessClients):
     """Runs the sampled clients' local training as vectorized steps; interface of `InProcessClients`."""
 
     def __init__(self, exp: Experiment) -> None:
         super().__init__(exp)
         self.cache: Cache = {}
-        self.chunk_size = self._chunk_size(self._probe())
+        self.modules = self._probe()
+
+    @property
+    def chunk_size(self) -> int:
+        """Clients per chunk at the run's own batch size."""
+        return self._chunk_size(self.modules, self.exp.config.train.batch_size)
 
     def _probe(self) -> int:
         """Client 0's round-1 fit through the rule, one dry vectorized step on zeros included (the global RNG
@@ -59,13 +86,14 @@ class BatchedClients(InProcessClients):
         alg, outer = self.alg, ClientRng._capture()
         try:
             msg = alg.broadcast(alg.init_server(), self.exp.round_info(1), 0)
-            lane = self._lane(0, 1, msg, alg.init_client(0), ClientRng(self.exp.config.seed, 1, 0, "probe"))
+            lane = self._lane(FitJob(alg, 0, msg, alg.init_client(0)), 1,
+                              ClientRng(self.exp.config.seed, 1, 0, "probe"))
             layout = self._check([lane])
             state = {k: v.unsqueeze(0).clone() for k, v in lane.states.items()}
             x = torch.zeros((1, 2, *self.exp.data.input_shape), device=self.exp.device)
             y = torch.zeros((1, 2), dtype=torch.long, device=self.exp.device)
-            for local_pass in lane.passes:
-                runner = self._runner(lane, local_pass, layout, [{}], state)
+            for k in range(len(lane.passes)):
+                runner = self._runner([lane], k, layout, [{}], state)
                 tensors = {k: _stack([v]) for k, v in lane.tensors.items()}
                 self._guarded(runner.group_step, [0], {0: (x[0], y[0])}, tensors, self.exp.device)
         finally:
@@ -84,95 +112,103 @@ class BatchedClients(InProcessClients):
             raise refusal(self.alg.name, f"its loss does not run under torch.func.vmap ({str(e).splitlines()[0]}) "
                           "(rule 7)") from e
 
-    def _chunk_size(self, modules: int) -> int:
+    def _chunk_size(self, modules: int, batch_size: int) -> int:
         """Clients per chunk from `run.batched_memory_mb` / `run.batched_max_clients` (memory.py): a lane per
-        module field of the Work."""
+        module field of the Work, sized for the chunk's largest batch."""
         run, exp, train = self.exp.config.run, self.exp, self.exp.config.train
-        slots = 2 if train.optimizer in ("adam", "adamw") else int(train.momentum != 0)
-        per_lane = lane_bytes(self.alg.parts.new(), exp.data.input_shape, train.batch_size, slots)
+        slots = 2 if train.optimizer in ("adam", "adamw") else 1
+        per_lane = lane_bytes(self.alg.parts.new(), exp.data.input_shape, batch_size, slots)
         budget = int(run.batched_memory_mb * MB) if run.batched_memory_mb else default_budget_bytes(exp.device)
         return clients_per_chunk(per_lane, max(modules, 1), budget, run.batched_max_clients)
 
     def fit(self, rnd: int, messages: dict[int, Message],
             algorithms: Mapping[int, Algorithm[Any, Any, Any]] | None = None) -> list[Reply]:
         """Local training of the given clients, chunk by chunk; states replace the old ones only at the end.
-        Per-client copies of the method (`algorithms`) and validation checks (fedhet tune) are not laned yet: a
-        FedhetError asks for the in-process runtime."""
-        if algorithms or self.check_split:
-            raise FedhetError("the batched runtime trains every client with the run's own method and settings; "
-                              "per-client hyperparameters and validation checks (fedhet tune) need "
-                              "run.runtime=inprocess")
-        cids = list(messages)
-        replies: dict[int, Reply] = {}
-        new_states = dict(self.states)
-        for start in range(0, len(cids), self.chunk_size):
-            for cid, reply, state in self._fit_chunk(rnd, cids[start:start + self.chunk_size], messages):
-                replies[cid], new_states[cid] = reply, state
-        self.states = new_states
-        return [replies[cid] for cid in cids]
+        `algorithms`: a client's own copy of the method (`with_hparams`, as in-process); copies that differ only
+        in laned values (rule.lane_group) share lanes. A NaN / inf loss fails the round, as in-process."""
+        jobs = [FitJob((algorithms or {}).get(cid, self.alg), cid, msg, self.states[cid])
+                for cid, msg in messages.items()]
+        outcomes = self.fit_jobs(rnd, jobs)
+        bad = [f"client {job.cid}" for job, out in zip(jobs, outcomes, strict=True) if out.reply is None]
+        if bad:
+            raise TrainingDivergedError(f"loss became NaN/inf in batched local training of {self.alg.name} round "
+                                        f"{rnd} ({', '.join(bad)}); {DIVERGED_ADVICE}")
+        self.states = {**self.states, **{job.cid: out.state for job, out in zip(jobs, outcomes, strict=True)}}
+        return [Reply(job.cid, out.reply, self.train_data[job.cid].num_train)
+                for job, out in zip(jobs, outcomes, strict=True) if out.reply is not None]
 
-    def _lane(self, cid: int, rnd: int, msg: Message, state: ClientState, rng: ClientRng) -> LaneWork:
-        """Client `cid`'s Work and passes, on its RNG, snapshotted before the next client's `start`."""
-        ctx = self.exp.context(cid, rnd, self.train_data[cid])
+    def fit_jobs(self, rnd: int, jobs: list[FitJob]) -> list[FitOutcome]:
+        """Fit any clients of any federations sharing this experiment (a tuning population's members, each client
+        with its own method copy and state) as lanes, in memory-sized chunks; nothing here is stored. A job whose
+        loss became NaN / inf comes back with no reply and its old state."""
+        size = self._chunk_size(self.modules, max(job.alg.train_cfg.batch_size for job in jobs))
+        out: list[FitOutcome] = []
+        for start in range(0, len(jobs), size):
+            out += self._fit_chunk(rnd, jobs[start:start + size])
+        return out
+
+    def _lane(self, job: FitJob, rnd: int, rng: ClientRng) -> LaneWork:
+        """The job's Work and passes, on its client's RNG, snapshotted before the next client's `start`."""
+        ctx = self.exp.context(job.cid, rnd, self.train_data[job.cid])
         with rng.active():
-            work = self.alg.start(msg, state, ctx)
-            return snapshot(work, list(self.alg.passes(work)))
+            work = job.alg.start(job.msg, job.state, ctx)
+            return snapshot(work, list(job.alg.passes(work)))
 
     def _check(self, lanes: list[LaneWork]) -> Layout:
         layout = layout_of(self.alg.name, lanes)
         check_passes(self.alg.name, lanes, layout)
         return layout
 
-    def _runner(self, lane0: LaneWork, local_pass: LocalPass, layout: Layout, saved: list[dict[str, Any]],
+    def _runner(self, lanes: list[LaneWork], k: int, layout: Layout, saved: list[dict[str, Any]],
                 state: dict[str, torch.Tensor]) -> PassRunner:
-        """The pass's runner, with its modules in train mode as `engine.local.run_pass` puts them."""
-        for module in local_pass.modules:
+        """Pass k's runner, with its modules in train mode as `engine.local.run_pass` puts them."""
+        for module in lanes[0].passes[k].modules:
             module.train()
-        routed = RoutedWork(lane0.work, layout, functional_copies(lane0.work, layout, self.cache))
-        return PassRunner(routed, local_pass, layout, saved, state)
+        routed = RoutedWork(lanes[0].work, layout, functional_copies(lanes[0].work, layout, self.cache))
+        return PassRunner(routed, [lane.passes[k] for lane in lanes], layout, saved, state)
 
-    def _fit_chunk(self, rnd: int, cids: list[int], messages: dict[int, Message]
-                   ) -> list[tuple[int, Reply, ClientState]]:
-        """Train one chunk (module docstring), its clients grouped by the shape of their Work (MOON's first round
-        has no previous model); returns each client's reply and new state, in the chunk's order."""
-        rngs = [ClientRng(*client_stream(self.exp.config.seed, rnd, cid, FIT)) for cid in cids]
-        lanes = [self._lane(cid, rnd, messages[cid], self.states[cid], rng)
-                 for cid, rng in zip(cids, rngs, strict=True)]
-        groups: dict[tuple[tuple[str, str], ...], list[int]] = {}
+    def _fit_chunk(self, rnd: int, jobs: list[FitJob]) -> list[FitOutcome]:
+        """Train one chunk (module docstring), its jobs grouped by the shape of their Work (MOON's first round has
+        no previous model) and their method copy's `lane_group`; outcomes in the chunk's order."""
+        rngs = [ClientRng(*client_stream(self.exp.config.seed, rnd, job.cid, FIT)) for job in jobs]
+        lanes = [self._lane(job, rnd, rng) for job, rng in zip(jobs, rngs, strict=True)]
+        groups: dict[tuple[Any, ...], list[int]] = {}
         for i, lane in enumerate(lanes):
-            groups.setdefault(shape_key(lane.work), []).append(i)
-        done: dict[int, tuple[int, Reply, ClientState]] = {}
+            groups.setdefault((shape_key(lane.work), lane_group(jobs[i].alg)), []).append(i)
+        done: dict[int, FitOutcome] = {}
         for idx in groups.values():
-            results = self._train(rnd, [cids[i] for i in idx], [rngs[i] for i in idx], [lanes[i] for i in idx])
-            done.update({result[0]: result for result in results})
-        return [done[cid] for cid in cids]
+            results = self._train(rnd, [jobs[i] for i in idx], [rngs[i] for i in idx], [lanes[i] for i in idx])
+            done.update(zip(idx, results, strict=True))
+        return [done[i] for i in range(len(jobs))]
 
-    def _train(self, rnd: int, cids: list[int], rngs: list[ClientRng], lanes: list[LaneWork]
-               ) -> list[tuple[int, Reply, ClientState]]:
+    def _train(self, rnd: int, jobs: list[FitJob], rngs: list[ClientRng], lanes: list[LaneWork]
+               ) -> list[FitOutcome]:
         """Train lanes of one Work shape: the rule, every pass vectorized, then each client's `finish`."""
         dev = self.exp.device
         layout = self._check(lanes)
         state = {k: _stack([lane.states[k] for lane in lanes]).to(dev) for k in lanes[0].states}
         tensors = {k: _stack([lane.tensors[k] for lane in lanes]) for k in layout.tensors}
-        stats = [FitStats() for _ in cids]
-        optim = [dict(self.states[cid].optim) for cid in cids]
+        stats = [FitStats() for _ in jobs]
+        optim = [dict(job.state.optim) for job in jobs]
+        diverged = [False] * len(jobs)
         for k, local_pass in enumerate(lanes[0].passes):
-            runner = self._runner(lanes[0], local_pass, layout, [self.states[cid].optim for cid in cids], state)
-            streams = [BatchStream(rng, _data_of(lane.passes[k], self.train_data[cid].train), lane.passes[k].train)
-                       for cid, rng, lane in zip(cids, rngs, lanes, strict=True)]
-            labels = [f"{self.alg.name}{'' if local_pass.name == 'local' else ' ' + local_pass.name} client {cid} "
-                      f"round {rnd}" for cid in cids]
-            result = self._guarded(runner.run, streams, tensors, labels)
+            runner = self._runner(lanes, k, layout, [job.state.optim for job in jobs], state)
+            streams = [BatchStream(rng, _data_of(lane.passes[k], self.train_data[job.cid].train), lane.passes[k].train)
+                       for job, rng, lane in zip(jobs, rngs, lanes, strict=True)]
+            result = self._guarded(runner.run, streams, tensors)
             for i, done in enumerate(result.stats):
                 optim[i].update(result.optim[i])
                 stats[i].passes[local_pass.name] = done
+                diverged[i] = diverged[i] or result.diverged[i]
                 if local_pass.report:
                     stats[i].loss, stats[i].steps, stats[i].examples = done.loss, done.steps, done.examples
-        return [self._finish(i, cid, lanes[i], rngs[i], state, stats[i], optim[i]) for i, cid in enumerate(cids)]
+        return [FitOutcome(None, job.state) if diverged[i] else
+                self._finish(i, job, lanes[i], rngs[i], state, stats[i], optim[i]) for i, job in enumerate(jobs)]
 
-    def _finish(self, i: int, cid: int, lane: LaneWork, rng: ClientRng, state: dict[str, torch.Tensor],
-                stats: FitStats, optim: dict[str, Any]) -> tuple[int, Reply, ClientState]:
-        """Lane i's trained tensors back into its Work's modules, then the algorithm's own `finish`."""
+    def _finish(self, i: int, job: FitJob, lane: LaneWork, rng: ClientRng, state: dict[str, torch.Tensor],
+                stats: FitStats, optim: dict[str, Any]) -> FitOutcome:
+        """Lane i's trained tensors back into its Work's modules, then the algorithm's own `finish` (and, with a
+        `check_split`, the trained model's loss on it, as `engine.local.fit_client`)."""
         with torch.no_grad():
             for f in [f.name for f in dataclasses.fields(lane.work)]:
                 module = getattr(lane.work, f)
@@ -180,9 +216,11 @@ class BatchedClients(InProcessClients):
                     for n, t in [*module.named_parameters(), *module.named_buffers()]:
                         t.copy_(state[f"{f}:{n}"][i])
         with rng.active():
-            reply, new_state = self.alg.finish(lane.work, self.states[cid], stats)
-        new_state = dataclasses.replace(new_state, optim=optim)
-        return cid, Reply(cid, reply, self.train_data[cid].num_train), new_state
+            reply, new_state = job.alg.finish(lane.work, job.state, stats)
+            if self.check_split:
+                ctx = lane.work.ctx  # the context `start` received: the client's training view of its data
+                add_check(reply, job.alg, lane.work, ctx, getattr(ctx.data, self.check_split))
+        return FitOutcome(reply, dataclasses.replace(new_state, optim=optim))
 
 
 def _stack(values: list[Any]) -> Any:
