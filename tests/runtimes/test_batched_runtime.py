@@ -128,6 +128,19 @@ def test_chunking_gives_the_same_result(tmp_path: Path) -> None:
             assert rb["loss"] == pytest.approx(ra["loss"], abs=1e-6) and rb["accuracy"] == ra["accuracy"], (ra, rb)
 
 
+def test_it_says_before_the_run_when_lanes_cannot_pay_on_a_cpu(monkeypatch, caplog) -> None:
+    import fedhet.runtimes.batched.runtime as runtime
+
+    exp = build_experiment(load_config(None, [*BASE, "run.runtime=batched"]))
+    with caplog.at_level("WARNING"):
+        BatchedClients(exp)
+    assert "expected to train no faster" not in caplog.text
+    monkeypatch.setattr(runtime, "CPU_PAYS_UP_TO", 100)
+    with caplog.at_level("WARNING"):
+        BatchedClients(exp)
+    assert "expected to train no faster than run.runtime=inprocess" in caplog.text
+
+
 def test_chunk_size_follows_the_budget() -> None:
     exp = build_experiment(load_config(None, [*BASE, *BN, "run.runtime=batched", "run.batched_memory_mb=0.001"]))
     assert BatchedClients(exp).chunk_size == 1

@@ -37,7 +37,9 @@ class IndexedDataset(Dataset):
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, i: int | list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(i, list):
+            return self.batch(i)
         if i < 0:
             i += len(self)
         if not 0 <= i < len(self):
@@ -47,6 +49,24 @@ class IndexedDataset(Dataset):
         part = self.parts[k]
         x = part.x[j]
         return (self.transform(x) if self.transform is not None else x), part.y[j]
+
+    @property
+    def needs_no_random_numbers(self) -> bool:
+        """Whether reading samples leaves every RNG alone: no transform, or an elementwise one (`batchable`)."""
+        return self.transform is None or bool(getattr(self.transform, "batchable", False))
+
+    def batch(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Samples `indices` stacked: what DataLoader's default collate makes of them one by one, the same values.
+        One gather when the data are one part and the transform is elementwise (`batchable`: it is applied to the
+        batch) or absent; otherwise sample by sample (a random transform draws in sample order)."""
+        if not self.needs_no_random_numbers or len(self.parts) != 1:
+            xs, ys = zip(*(self[j] for j in indices), strict=True)
+            return torch.stack(xs), torch.stack(ys)
+        if indices and not (-len(self) <= min(indices) and max(indices) < len(self)):
+            raise IndexError(f"indices out of range for {len(self)} samples")
+        rows = self._index[0][torch.tensor(indices, dtype=torch.int64)]
+        x = self.parts[0].x[rows]
+        return (self.transform(x) if self.transform is not None else x), self.parts[0].y[rows]
 
     @property
     def labels(self) -> np.ndarray:

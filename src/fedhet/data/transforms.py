@@ -130,6 +130,8 @@ class ImputeStandardize:
         std = var.sqrt()
         return cls(mean, torch.where(std > 1e-6, std, torch.ones_like(std)))
 
+    batchable = True  # elementwise (mean / std broadcast over the feature dimension)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.where(torch.isnan(x), self.mean, x.float())
         return (x - self.mean) / self.std
@@ -140,6 +142,8 @@ class ImputeStandardize:
 
 class ToFloat:
     """Cast to float32."""
+
+    batchable = True  # elementwise: applied to a stacked batch, the same values as sample by sample
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return x.float()
@@ -153,6 +157,7 @@ class Compose:
 
     def __init__(self, *steps: Transform) -> None:
         self.steps = steps
+        self.batchable = all(getattr(s, "batchable", False) for s in steps)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         for s in self.steps:

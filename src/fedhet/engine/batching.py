@@ -6,10 +6,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 from fedhet.config import TrainConfig
 from fedhet.core.batches import drops_singleton, num_steps, to_device
+from fedhet.data.datasets import IndexedDataset
 
 
 def batches(dataset: Dataset[Any], cfg: TrainConfig, generator: torch.Generator | None = None,
@@ -18,13 +19,20 @@ def batches(dataset: Dataset[Any], cfg: TrainConfig, generator: torch.Generator 
 
     Shuffling draws from `generator` (or torch's global RNG, which the engine seeds per client and round).
     A last batch of a single sample is dropped from each pass (`drops_singleton`): BatchNorm cannot train on
-    one sample, and the sample is back in the next pass's shuffle.
+    one sample, and the sample is back in the next pass's shuffle. A dataset that takes a list of indices
+    (`IndexedDataset.batch`) is asked for whole batches: the same batches from the same random draws as
+    DataLoader's per-sample collation, without a Python call per sample.
     """
     n = len(dataset)  # type: ignore[arg-type]
     if n == 0:
         return
     bs = min(cfg.batch_size, n)
-    loader = DataLoader(dataset, batch_size=bs, shuffle=True, drop_last=drops_singleton(n, bs), generator=generator)
+    if isinstance(dataset, IndexedDataset):  # DataLoader's own index sampler, one fetch per batch
+        sampler = BatchSampler(RandomSampler(dataset, generator=generator), bs, drops_singleton(n, bs))
+        loader = DataLoader(dataset, batch_size=None, sampler=sampler, generator=generator)
+    else:
+        loader = DataLoader(dataset, batch_size=bs, shuffle=True, drop_last=drops_singleton(n, bs),
+                            generator=generator)
     steps = num_steps(n, cfg)
     done = 0
     while done < steps:

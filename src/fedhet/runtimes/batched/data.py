@@ -9,7 +9,9 @@ client happen in the same order against the same RNG, and nothing else consumes 
 (the batched step itself draws no random numbers: dropout is rejected, see norm.py). A client's second pass
 (Ditto's personal model) continues the same RNG, as in-process.
 
-Only one step's batch per client is in memory at a time.
+A stream draws ahead: up to `AHEAD_BYTES` of a client's next batches in one swap of its RNG (swapping the
+global RNG state in and out per batch costs more than a small model's step). That is the same sequence of draws
+on the same RNG, so the batches are the same.
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ from torch.utils.data import Dataset
 from fedhet.config import TrainConfig
 from fedhet.core.batches import num_steps
 from fedhet.core.seeding import seeded
+from fedhet.data.datasets import IndexedDataset
 from fedhet.engine.batching import batches
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+AHEAD_BYTES = 1 << 22  # per client: 4 MiB of batches drawn at once (at least one batch, at most AHEAD_MAX)
+AHEAD_MAX = 64
 
 
 class ClientRng:
@@ -50,8 +55,19 @@ class ClientRng:
         random.setstate(state[2])
 
     @contextmanager
-    def active(self) -> Iterator[None]:
-        """Run the block on this client's RNG; the caller's global RNG state is restored afterwards."""
+    def active(self, torch_only: bool = False) -> Iterator[None]:
+        """Run the block on this client's RNG; the caller's global RNG state is restored afterwards.
+        `torch_only`: the block draws from torch's RNG alone (the data draws of a dataset whose samples need no
+        random numbers), so numpy's and Python's states, costly to copy, are left where they are."""
+        if torch_only:
+            outer_torch = torch.get_rng_state()
+            torch.set_rng_state(self._state[0])
+            try:
+                yield
+            finally:
+                self._state = (torch.get_rng_state(), *self._state[1:])
+                torch.set_rng_state(outer_torch)
+            return
         outer = self._capture()
         self._restore(self._state)
         try:
@@ -69,13 +85,21 @@ class BatchStream:
         self.steps = num_steps(len(dataset), cfg)  # type: ignore[arg-type]
         self.drawn = 0
         self._batches = batches(dataset, cfg)  # a generator: creating it draws nothing
+        self._ahead: list[Batch] = []
+        # DataLoader's shuffling draws from torch alone; so do the samples of a dataset without a random transform
+        self._torch_only = isinstance(dataset, IndexedDataset) and dataset.needs_no_random_numbers
+        self._per_draw = 1  # batches per RNG swap: one until the first batch's size is known
 
     def next(self) -> Batch:
         """The client's next mini-batch (the caller must not ask for more than `steps`)."""
         if self.drawn >= self.steps:
             raise RuntimeError(f"stream exhausted after {self.steps} batches")
-        with self.rng.active():
-            batch = next(self._batches)
+        if not self._ahead:
+            with self.rng.active(torch_only=self._torch_only):
+                self._ahead = [next(self._batches) for _ in range(min(self._per_draw, self.steps - self.drawn))]
+            self._ahead.reverse()
+            size = sum(t.numel() * t.element_size() for t in self._ahead[-1])
+            self._per_draw = max(1, min(AHEAD_MAX, AHEAD_BYTES // max(size, 1)))
         self.drawn += 1
-        return batch
+        return self._ahead.pop()
 

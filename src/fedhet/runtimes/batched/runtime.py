@@ -14,6 +14,7 @@ fallback to sequential training.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -47,6 +48,8 @@ from fedhet.runtimes.batched.step import Cache, RoutedWork, functional_copies
 from fedhet.runtimes.inprocess import InProcessClients
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+CPU_PAYS_UP_TO = 50_000  # parameters per client: 784-64-10 (51k) was 1.5x in-process, 2352-32-10 (76k) 0.9x
 
 
 @dataclass
@@ -74,6 +77,17 @@ class BatchedClients(InProcessClients):
         super().__init__(exp)
         self.cache: Cache = {}
         self.modules = self._probe()
+        self._say_if_slower()
+
+    def _say_if_slower(self) -> None:
+        """Goal (c) of the lanes work: where vectorizing cannot pay, say so before the run. On a CPU, clients of
+        more than CPU_PAYS_UP_TO parameters train no faster as lanes than one after another (measured:
+        docs/results/runtimes.md "Lanes"); on a GPU the measured cases pay."""
+        params = sum(p.numel() for p in self.alg.parts.new().parameters())
+        if self.exp.device.type == "cpu" and params > CPU_PAYS_UP_TO:
+            log.warning("run.runtime=batched: a client model of %d parameters on a CPU is expected to train no "
+                        "faster than run.runtime=inprocess (it pays up to ~%d parameters; measured in "
+                        "docs/results/runtimes.md, section Lanes)", params, CPU_PAYS_UP_TO)
 
     @property
     def chunk_size(self) -> int:

@@ -1,0 +1,66 @@
+"""Whole-batch fetching (`IndexedDataset.batch`, `engine.batching.batches`) and the batched runtime's draw-ahead
+streams give exactly the batches and RNG states of DataLoader's per-sample path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+from fedhet.config import TrainConfig
+from fedhet.core.seeding import seeded
+from fedhet.data.datasets import IndexedDataset, Part
+from fedhet.data.transforms import AddGaussianNoise, Compose, ToFloat
+from fedhet.engine.batching import batches
+from fedhet.runtimes.batched.data import BatchStream, ClientRng
+
+
+class PerSample(Dataset):
+    """Hides `IndexedDataset.batch`: DataLoader's per-sample collation."""
+
+    def __init__(self, inner: IndexedDataset) -> None:
+        self.inner = inner
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, i: int):
+        return self.inner[i]
+
+
+def dataset(transform=None) -> IndexedDataset:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randint(0, 255, (90, 7), generator=g, dtype=torch.uint8), torch.randint(0, 5, (90,), generator=g)
+    return IndexedDataset([Part("a", x, y, np.arange(3, 80))], transform)
+
+
+CFG = TrainConfig(batch_size=8, local_epochs=2, local_steps=None)
+
+
+def drawn(ds: Dataset) -> tuple[list, torch.Tensor, float]:
+    with seeded(0, 1, 2, "fit"):
+        out = list(batches(ds, CFG))
+        return out, torch.rand(3), float(np.random.rand())
+
+
+@pytest.mark.parametrize("transform", [None, ToFloat(), Compose(ToFloat(), AddGaussianNoise(0.1))])
+def test_whole_batches_equal_per_sample_collation(transform) -> None:
+    ds = dataset(transform)
+    fast, slow = drawn(ds), drawn(PerSample(ds))
+    assert len(fast[0]) == len(slow[0]) == 20  # 2 epochs of 77 samples, batch 8 (the singleton 77th dropped)
+    for (xa, ya), (xb, yb) in zip(fast[0], slow[0], strict=True):
+        assert torch.equal(xa, xb) and xa.dtype == xb.dtype and torch.equal(ya, yb) and ya.dtype == yb.dtype
+    assert torch.equal(fast[1], slow[1]) and fast[2] == slow[2]  # the same RNG draws were consumed
+    assert ds.needs_no_random_numbers == (transform is None or isinstance(transform, ToFloat))
+
+
+@pytest.mark.parametrize("transform", [None, Compose(ToFloat(), AddGaussianNoise(0.1))])
+def test_draw_ahead_streams_give_the_in_process_batches(transform) -> None:
+    ds = dataset(transform)
+    want, _, _ = drawn(ds)
+    stream = BatchStream(ClientRng(0, 1, 2), ds, CFG)
+    got = [stream.next() for _ in range(stream.steps)]
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, want, strict=True))
+    with pytest.raises(RuntimeError, match="exhausted"):
+        stream.next()
