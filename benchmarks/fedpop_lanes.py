@@ -52,13 +52,13 @@ SIZES = [(13, 32), (60, 20), (60, 32), (784, 64), (2352, 32), (784, 200)]
 CLIENTS, BATCH, LR = 64, 32, 0.05
 
 
-def experiment(d_in: int, hidden: int, steps: int) -> Experiment:
+def experiment(d_in: int, hidden: int, steps: int, device: str = "cpu") -> Experiment:
     """64 clients of Synthetic-style data with `d_in` features, an MLP d_in-hidden-10, FedAvg, plain SGD."""
     name = f"bench_synthetic_{d_in}_{hidden}"
     register_synthetic(name, 0.5, 0.5, input_dim=d_in, samples_per_client=3 * BATCH * steps)
     cfg = load_config(None, [f"data.dataset={name}", "model.name=mlp", f"model.args={{hidden: [{hidden}]}}",
                              f"train.local_steps={steps}", f"train.batch_size={BATCH}", f"train.lr={LR}",
-                             "train.momentum=0", "run.quiet=true", "run.runtime=batched"])
+                             "train.momentum=0", "run.quiet=true", "run.runtime=batched", f"run.device={device}"])
     exp = build_experiment(cfg)
     clients = [dataclasses.replace(exp.data.clients[k % len(exp.data.clients)], name=f"client{k}")
                for k in range(CLIENTS)]  # the clients' own datasets, as a run holds them
@@ -72,25 +72,28 @@ def timed(fn: Callable[[], Any], repeats: int) -> float:
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
 def bare(exp: Experiment, steps: int) -> tuple[Callable[[], None], Callable[[], None]]:
     """The plain sequential loop and the plain vmap loop over the same pre-drawn batches."""
-    model = exp.algorithm.parts.new()
+    dev = exp.device
+    model = exp.algorithm.parts.new().to(dev)
     gen = torch.Generator().manual_seed(0)
     batches = []
     for client in exp.data.clients:
         x, y = client.train.batch(list(range(len(client.train))))  # type: ignore[attr-defined,arg-type]
         idx = torch.randperm(len(y), generator=gen)[: steps * BATCH].view(steps, BATCH)
-        batches.append((x[idx], y[idx]))
+        batches.append((x[idx].to(dev), y[idx].to(dev)))
     xs, ys = torch.stack([b[0] for b in batches], 1), torch.stack([b[1] for b in batches], 1)  # steps, clients, ...
     loss = nn.CrossEntropyLoss()
 
     def sequential() -> None:
         for x, y in batches:
-            net = exp.algorithm.parts.new()
+            net = exp.algorithm.parts.new().to(dev)
             opt = torch.optim.SGD(net.parameters(), lr=LR)
             for t in range(steps):
                 opt.zero_grad()
@@ -136,7 +139,7 @@ def steps_only(runner: BatchedClients, messages: dict[int, Any]) -> Callable[[],
                for job, rng, lane in zip(jobs, rngs, lanes, strict=True)]
 
     def run() -> None:
-        state = {k: torch.stack([lane.states[k] for lane in lanes]) for k in lanes[0].states}
+        state = {k: torch.stack([lane.states[k] for lane in lanes]).to(runner.exp.device) for k in lanes[0].states}
         for stream in streams:
             stream.drawn = 0
         runner._runner(lanes, 0, layout, [{} for _ in jobs], state).run(streams, {})  # type: ignore[arg-type]
@@ -147,7 +150,7 @@ def steps_only(runner: BatchedClients, messages: dict[int, Any]) -> Callable[[],
 def micro(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for d_in, hidden in SIZES:
-        exp = experiment(d_in, hidden, args.steps)
+        exp = experiment(d_in, hidden, args.steps, args.device)
         alg = exp.algorithm
         msg = alg.broadcast(alg.init_server(), exp.round_info(1), 0)
         messages = {cid: msg for cid in range(CLIENTS)}
@@ -187,7 +190,7 @@ def tune(args: argparse.Namespace) -> list[dict[str, Any]]:
                 start = time.perf_counter()
                 result = run_tuning(cfg, tmp, progress=False)
                 row[f"{runtime}_s"] = time.perf_counter() - start
-                row[f"{runtime}_val_history"] = result.summary["tune"].get("values")
+                row[f"{runtime}_selected"] = result.summary["tune"].get("values")
         row["d_inprocess_over_batched"] = row["inprocess_s"] / row["batched_s"]
         print(json.dumps(row), flush=True)
         rows.append(row)
@@ -201,6 +204,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="micro: cpu or cuda (the GPU goal)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
