@@ -150,3 +150,12 @@ def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(tmp_path: Pat
 def test_a_space_of_server_values_only_runs_with_fedpop(tmp_path: Path) -> None:
     result = tuned(tmp_path, "tune.space={server: {server.lr: {type: log_uniform, low: -0.3, high: 0.3}}}")
     assert set(result.summary["tune"]["values"]) == {"server.lr"} and result.summary["tune"]["tuner"] == "fedpop"
+
+
+def test_sha_with_fedpop_g_on_its_elimination_rounds(tmp_path: Path) -> None:
+    """T_g = 1 round: FedPop-G runs in every round, SHA's eliminations included; SHA ranks the trained
+    configurations first, then FedPop-G acts among the survivors (it used to score a just-copied member)."""
+    tuned(tmp_path, "tune.wrapper=sha", "tune.configs=9", "tune.eliminations=2", "tune.g_interval=0.25")
+    rows = [json.loads(line) for line in (tmp_path / "tune" / "members.jsonl").read_text().splitlines()]
+    assert [sum(r["alive"] for r in rows if r["round"] == rnd) for rnd in (1, 2, 3, 4)] == [3, 3, 1, 1]
+    assert any(r["born"] == 1 and r["alive"] for r in rows if r["round"] == 1)  # FedPop-G copied a survivor

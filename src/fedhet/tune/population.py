@@ -23,7 +23,7 @@ import numpy as np
 from fedhet.core.messages import Reply
 from fedhet.core.seeding import numpy_rng, seeded
 from fedhet.engine.experiment import Experiment
-from fedhet.engine.local import fit_client
+from fedhet.engine.local import evaluate_client, fit_client
 from fedhet.engine.rounds import aggregate_round, broadcast_round, sample_round
 from fedhet.errors import TrainingDivergedError
 from fedhet.runtimes.batched import BatchedClients
@@ -84,10 +84,19 @@ class Population:
         return member.betas
 
     def play_round(self, rnd: int) -> None:
+        """`train_round`, then FedPop-G if this is one of its rounds (`global_search_due`)."""
+        self.train_round(rnd)
+        if self.global_search_due(rnd):
+            self.global_search(rnd)
+
+    def global_search_due(self, rnd: int) -> bool:
+        return self.tune.fedpop_g and is_g_round(rnd, self.t_g, last=self.exp.config.rounds)
+
+    def train_round(self, rnd: int) -> None:
         """One communication round of every live member (Alg. 1, lines 'for i in 1..N_c'): broadcasts, the
         clients' training (each member in turn in-process, all members' clients at once as lanes with
-        `run.runtime: batched`), then each member's aggregation and searches. The members' scores of this round
-        are appended to their histories and kept per client in `last_scores`."""
+        `run.runtime: batched`), then each member's aggregation and FedPop-L / FedEx. The members' scores of
+        this round are appended to their histories and kept per client in `last_scores`."""
         sampled = sample_round(self.exp, self.runner.num_train_clients, rnd)
         plans = [self.plan(member, rnd, sampled) for member in self.members if member.alive]
         if isinstance(self.runner, BatchedClients):
@@ -107,8 +116,6 @@ class Population:
             member.server = trained.server
             member.clients = {**member.clients, **result[1]}  # only clients that trained keep a state
             self.after_training(member, rnd, sampled, plan.betas, trained.replies)
-        if self.tune.fedpop_g and is_g_round(rnd, self.t_g, last=self.exp.config.rounds):
-            self.global_search(rnd)
 
     def plan(self, member: Member, rnd: int, sampled: list[int]) -> MemberRound:
         """The member's local vectors, method copies and messages for this round."""
@@ -198,16 +205,22 @@ class Population:
 
     def finetuned(self, member: Member, rnd: int) -> dict[str, dict[str, float]]:
         """The paper's "finetuned" accuracy (§2.11): every client trains the member's global model once with
-        the member's beta^0 (Loc(beta^0)) and is scored on its own test split; nothing is kept."""
+        the member's beta^0 (Loc(beta^0)) and is scored on its own test split; nothing is kept. A client whose
+        finetuning diverges keeps the global model (what a user would deploy), marked `diverged: 1.0`."""
         center = self.copies.of(member.alpha, member.beta0)
         info, states = self.exp.round_info(rnd), self.states_of(member)
         results = {}
         for cid, client in enumerate(self.exp.data.clients):
             if client.test is None or cid not in states:
                 continue
+            msg, ctx = center.broadcast(member.server, info, cid), self.exp.context(cid, rnd)
             with seeded(self.exp.config.seed, rnd, cid, "finetune"):
-                reply, _ = fit_client(center, center.broadcast(member.server, info, cid), states[cid],
-                                      self.exp.context(cid, rnd), check=client.test)
-            results[client.name] = {"accuracy": float(reply.scalars["check_accuracy"]),
-                                    "loss": float(reply.scalars[CHECK_LOSS])}
+                try:
+                    reply, _ = fit_client(center, msg, states[cid], ctx, check=client.test)
+                    scores = {"accuracy": float(reply.scalars["check_accuracy"]),
+                              "loss": float(reply.scalars[CHECK_LOSS])}
+                except TrainingDivergedError:
+                    metrics = evaluate_client(center, msg, states[cid], ctx, client.test)
+                    scores = {"accuracy": metrics["accuracy"], "loss": metrics["loss"], "diverged": 1.0}
+            results[client.name] = scores
         return results

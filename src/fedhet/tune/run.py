@@ -143,9 +143,11 @@ class TuningJob:
         return TuneResult(self.dir.path, self.round, summary)
 
     def play(self, rnd: int) -> None:
-        """One round of every live member, SHA's elimination after it, and the best member's evaluation."""
+        """One round of every live member, SHA's elimination after it, then FedPop-G among the survivors (so a
+        round that is both never ranks a configuration FedPop-G has just re-initialised), and the best member's
+        evaluation."""
         pop = self.population
-        pop.play_round(rnd)
+        pop.train_round(rnd)
         if not any(m.alive and m.history and math.isfinite(m.history[-1]) for m in pop.members):
             raise FedhetError(f"every configuration's training diverged in round {rnd}; narrow the search space "
                               "(e.g. a lower upper bound for train.lr or server.lr) and start again with "
@@ -155,6 +157,8 @@ class TuningJob:
             kept = set(survivors([m.slot for m in live], self.scores(live), self.tune.eta))
             for member in live:
                 member.alive = member.slot in kept
+        if pop.global_search_due(rnd):
+            pop.global_search(rnd)
         if rnd % self.cfg.eval.every == 0 or rnd == self.cfg.rounds:
             self.rows += client_rows(rnd, "test", pop.evaluate(self.leader(), rnd, "test"))
 
