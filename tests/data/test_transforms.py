@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torchvision.transforms import v2
 
@@ -79,3 +80,12 @@ def test_feature_transforms_noise_only_in_train() -> None:
     train, evalt = feature_transforms("log_l2", torch.ones(4, 8), input_noise_std=0.1)
     x = torch.arange(8.0)
     assert not torch.equal(train(x), evalt(x)) and torch.equal(evalt(x), evalt(x))
+
+
+@pytest.mark.parametrize("shape", [(3, 28, 28), (3, 40, 30), (1, 28, 28)])
+def test_resize_to_equals_torchvision_resize(shape) -> None:
+    """The skip for images already at the size is exact: v2.Resize returns them unchanged too."""
+    from fedhet.data.transforms import ResizeTo
+
+    x = torch.randint(0, 255, shape, dtype=torch.uint8)
+    assert torch.equal(ResizeTo(28)(x), v2.Resize((28, 28), antialias=True)(x))
