@@ -64,3 +64,17 @@ def test_draw_ahead_streams_give_the_in_process_batches(transform) -> None:
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, want, strict=True))
     with pytest.raises(RuntimeError, match="exhausted"):
         stream.next()
+
+
+def test_evaluation_batches_in_order_equal_the_per_sample_loader() -> None:
+    from torch.utils.data import DataLoader
+
+    from fedhet.engine.batching import in_order
+
+    ds = dataset(ToFloat())
+    torch.manual_seed(0)
+    fast, after_fast = list(in_order(ds, 16)), torch.rand(2)
+    torch.manual_seed(0)
+    slow, after_slow = list(DataLoader(PerSample(ds), batch_size=16, shuffle=False)), torch.rand(2)
+    assert len(fast) == 5 and all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(fast, slow))
+    assert torch.equal(after_fast, after_slow)  # DataLoader's draw of its base seed is kept

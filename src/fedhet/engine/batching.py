@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
 
 from fedhet.config import TrainConfig
 from fedhet.core.batches import drops_singleton, num_steps, to_device
@@ -43,3 +43,12 @@ def batches(dataset: Dataset[Any], cfg: TrainConfig, generator: torch.Generator 
             done += 1
             if done >= steps:
                 return
+
+
+def in_order(dataset: Dataset[Any], batch_size: int) -> DataLoader[Any]:
+    """The dataset's samples in order, `batch_size` at a time (evaluation): DataLoader's own loader, asked for
+    whole batches when the dataset takes a list of indices (`IndexedDataset.batch`, the same values)."""
+    if isinstance(dataset, IndexedDataset):
+        return DataLoader(dataset, batch_size=None, sampler=BatchSampler(SequentialSampler(dataset), batch_size,
+                                                                         False))
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False)

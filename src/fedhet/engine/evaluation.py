@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from fedhet.core.batches import restrict_logits, to_device
+from fedhet.engine.batching import in_order
 
 
 def balanced_accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
@@ -32,7 +33,7 @@ def evaluate(model: nn.Module, dataset: Dataset[Any], device: torch.device, batc
         return {"accuracy": float("nan"), "balanced_accuracy": float("nan"), "loss": float("nan"),
                 "num_examples": 0}
     loss_sum, preds, labels = 0.0, [], []
-    for x, y in DataLoader(dataset, batch_size=batch_size, shuffle=False):
+    for x, y in in_order(dataset, batch_size):
         x, y = to_device(x, device), y.to(device)
         logits = restrict_logits(model(x), classes)
         loss_sum += float(nn.functional.cross_entropy(logits, y, reduction="sum"))

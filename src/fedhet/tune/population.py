@@ -84,13 +84,10 @@ class Population:
         return member.betas
 
     def play_round(self, rnd: int) -> None:
-        """`train_round`, then FedPop-G if this is one of its rounds (`global_search_due`)."""
+        """`train_round`, then FedPop-G if this is one of its rounds."""
         self.train_round(rnd)
-        if self.global_search_due(rnd):
+        if global_search_due(self, rnd):
             self.global_search(rnd)
-
-    def global_search_due(self, rnd: int) -> bool:
-        return self.tune.fedpop_g and is_g_round(rnd, self.t_g, last=self.exp.config.rounds)
 
     def train_round(self, rnd: int) -> None:
         """One communication round of every live member (Alg. 1, lines 'for i in 1..N_c'): broadcasts, the
@@ -224,3 +221,8 @@ class Population:
                     scores = {"accuracy": metrics["accuracy"], "loss": metrics["loss"], "diverged": 1.0}
             results[client.name] = scores
         return results
+
+
+def global_search_due(pop: Population, rnd: int) -> bool:
+    """Whether FedPop-G runs after round `rnd` (every T_g rounds and after the last, fedpop.is_g_round)."""
+    return pop.tune.fedpop_g and is_g_round(rnd, pop.t_g, last=pop.exp.config.rounds)

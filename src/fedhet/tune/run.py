@@ -36,7 +36,7 @@ from fedhet.tune.apply import apply_vector, check_space
 from fedhet.tune.checkpoint import FILENAME, load_population, save_population
 from fedhet.tune.config import TuneConfig, resolve_space, tune_config
 from fedhet.tune.fedpop import is_g_round, member_score
-from fedhet.tune.population import Population
+from fedhet.tune.population import Population, global_search_due
 from fedhet.tune.wrappers import best_slot, check_rs_budget, sha_rounds, survivors
 
 
@@ -157,7 +157,7 @@ class TuningJob:
             kept = set(survivors([m.slot for m in live], self.scores(live), self.tune.eta))
             for member in live:
                 member.alive = member.slot in kept
-        if pop.global_search_due(rnd):
+        if global_search_due(pop, rnd):
             pop.global_search(rnd)
         if rnd % self.cfg.eval.every == 0 or rnd == self.cfg.rounds:
             self.rows += client_rows(rnd, "test", pop.evaluate(self.leader(), rnd, "test"))
