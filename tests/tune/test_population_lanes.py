@@ -17,7 +17,7 @@ from fedhet.runtimes.batched import BatchedClients
 from fedhet.runtimes.batched.runtime import FitJob
 from fedhet.runtimes.inprocess import InProcessClients
 from fedhet.tune.config import resolve_space, tune_config
-from fedhet.tune.population import Population
+from fedhet.tune.population import Population, plan_round
 from fedhet.tune.run import run_tuning
 
 SPACE = ("tune.space={client: {train.lr: {type: log_uniform, low: -2, high: -0.7}, "
@@ -63,7 +63,7 @@ def test_one_step_of_lanes_with_their_own_hyperparameters_matches_each_client_al
     tune = tune_config(cfg)
     pop = Population(build_experiment(cfg), tune, resolve_space(tune))
     pop.start()
-    plans = [pop.plan(member, 1, [0, 1]) for member in pop.members[:2]]
+    plans = [plan_round(pop, member, 1, [0, 1]) for member in pop.members[:2]]
     jobs = [FitJob(plan.copies[cid], cid, msg, pop.base.init_client(cid)) for plan in plans
             for cid, msg in plan.messages.items()]
     assert len({(job.alg.train_cfg.lr, job.alg.params.mu, job.alg.train_cfg.batch_size) for job in jobs}) == 4

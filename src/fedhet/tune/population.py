@@ -95,7 +95,7 @@ class Population:
         `run.runtime: batched`), then each member's aggregation and FedPop-L / FedEx. The members' scores of
         this round are appended to their histories and kept per client in `last_scores`."""
         sampled = sample_round(self.exp, self.runner.num_train_clients, rnd)
-        plans = [self.plan(member, rnd, sampled) for member in self.members if member.alive]
+        plans = [plan_round(self, member, rnd, sampled) for member in self.members if member.alive]
         if isinstance(self.runner, BatchedClients):
             fitted = fit_as_lanes(self.runner, rnd, plans, self.states_of)
         else:
@@ -113,14 +113,6 @@ class Population:
             member.server = trained.server
             member.clients = {**member.clients, **result[1]}  # only clients that trained keep a state
             self.after_training(member, rnd, sampled, plan.betas, trained.replies)
-
-    def plan(self, member: Member, rnd: int, sampled: list[int]) -> MemberRound:
-        """The member's local vectors, method copies and messages for this round."""
-        betas = self.local_vectors(member, rnd, len(sampled))
-        copies = {cid: self.copies.of(member.alpha, beta) for cid, beta in zip(sampled, betas, strict=True)}
-        center = self.copies.of(member.alpha, member.beta0)
-        return MemberRound(member, betas, center, copies, broadcast_round(self.exp, center, member.server, rnd,
-                                                                          sampled))
 
     def after_training(self, member: Member, rnd: int, sampled: list[int], betas: list[HPVector],
                        replies: list[Reply]) -> None:
@@ -226,3 +218,11 @@ class Population:
 def global_search_due(pop: Population, rnd: int) -> bool:
     """Whether FedPop-G runs after round `rnd` (every T_g rounds and after the last, fedpop.is_g_round)."""
     return pop.tune.fedpop_g and is_g_round(rnd, pop.t_g, last=pop.exp.config.rounds)
+
+
+def plan_round(pop: Population, member: Member, rnd: int, sampled: list[int]) -> MemberRound:
+    """The member's local vectors, method copies and messages for round `rnd`."""
+    betas = pop.local_vectors(member, rnd, len(sampled))
+    copies = {cid: pop.copies.of(member.alpha, beta) for cid, beta in zip(sampled, betas, strict=True)}
+    center = pop.copies.of(member.alpha, member.beta0)
+    return MemberRound(member, betas, center, copies, broadcast_round(pop.exp, center, member.server, rnd, sampled))
