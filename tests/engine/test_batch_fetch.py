@@ -76,5 +76,6 @@ def test_evaluation_batches_in_order_equal_the_per_sample_loader() -> None:
     fast, after_fast = list(in_order(ds, 16)), torch.rand(2)
     torch.manual_seed(0)
     slow, after_slow = list(DataLoader(PerSample(ds), batch_size=16, shuffle=False)), torch.rand(2)
-    assert len(fast) == 5 and all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(fast, slow))
+    assert len(fast) == 5
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(fast, slow, strict=True))
     assert torch.equal(after_fast, after_slow)  # DataLoader's draw of its base seed is kept
