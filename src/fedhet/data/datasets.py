@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, default_collate
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,11 @@ class IndexedDataset(Dataset):
         return self.transform is None or bool(getattr(self.transform, "batchable", False))
 
     def batch(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Samples `indices` stacked: what DataLoader's default collate makes of them one by one, the same values.
+        """Samples `indices` collated: what DataLoader's default collate makes of them one by one, the same values.
         One gather when the data are one part and the transform is elementwise (`batchable`: it is applied to the
         batch) or absent; otherwise sample by sample (a random transform draws in sample order)."""
         if not self.needs_no_random_numbers or len(self.parts) != 1:
-            xs, ys = zip(*(self[j] for j in indices), strict=True)
-            return torch.stack(xs), torch.stack(ys)
+            return default_collate([self[j] for j in indices])  # type: ignore[no-any-return]
         if indices and not (-len(self) <= min(indices) and max(indices) < len(self)):
             raise IndexError(f"indices out of range for {len(self)} samples")
         rows = self._index[0][torch.tensor(indices, dtype=torch.int64)]
