@@ -79,3 +79,22 @@ def test_evaluation_batches_in_order_equal_the_per_sample_loader() -> None:
     assert len(fast) == 5
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(fast, slow, strict=True))
     assert torch.equal(after_fast, after_slow)  # DataLoader's draw of its base seed is kept
+
+
+@pytest.mark.parametrize("with_generator", [False, True])
+@pytest.mark.parametrize("samples", [77, 81])  # 81 = 10 x 8 + 1: the singleton last batch is dropped
+def test_shuffled_epochs_draw_what_dataloader_draws(with_generator: bool, samples: int) -> None:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randint(0, 255, (90, 7), generator=g, dtype=torch.uint8), torch.randint(0, 5, (90,), generator=g)
+    ds = IndexedDataset([Part("a", x, y, np.arange(samples))], ToFloat())
+
+    def run(data: Dataset) -> tuple[list, torch.Tensor, torch.Tensor | None]:
+        gen = torch.Generator().manual_seed(5) if with_generator else None
+        torch.manual_seed(3)
+        out = list(batches(data, CFG, generator=gen))
+        return out, torch.rand(2), None if gen is None else torch.rand(2, generator=gen)
+
+    fast, slow = run(ds), run(PerSample(ds))
+    assert len(fast[0]) == len(slow[0])
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(fast[0], slow[0], strict=True))
+    assert torch.equal(fast[1], slow[1]) and (fast[2] is None or torch.equal(fast[2], slow[2]))

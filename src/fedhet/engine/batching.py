@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
 
 from fedhet.config import TrainConfig
 from fedhet.core.batches import drops_singleton, num_steps, to_device
@@ -19,30 +20,44 @@ def batches(dataset: Dataset[Any], cfg: TrainConfig, generator: torch.Generator 
 
     Shuffling draws from `generator` (or torch's global RNG, which the engine seeds per client and round).
     A last batch of a single sample is dropped from each pass (`drops_singleton`): BatchNorm cannot train on
-    one sample, and the sample is back in the next pass's shuffle. A dataset that takes a list of indices
-    (`IndexedDataset.batch`) is asked for whole batches: the same batches from the same random draws as
-    DataLoader's per-sample collation, without a Python call per sample.
+    one sample, and the sample is back in the next pass's shuffle. An in-memory `IndexedDataset` is asked for
+    whole batches (`shuffled_epoch`): the same batches from the same random draws as DataLoader's, without its
+    per-batch and per-sample Python calls.
     """
     n = len(dataset)  # type: ignore[arg-type]
     if n == 0:
         return
     bs = min(cfg.batch_size, n)
-    if isinstance(dataset, IndexedDataset):  # DataLoader's own index sampler, one fetch per batch
-        sampler = BatchSampler(RandomSampler(dataset, generator=generator), bs, drops_singleton(n, bs))
-        loader = DataLoader(dataset, batch_size=None, sampler=sampler, generator=generator)
+    epoch: Callable[[], Iterator[Any]]
+    if isinstance(dataset, IndexedDataset) and generator is None:
+        epoch = functools.partial(shuffled_epoch, dataset, bs, drops_singleton(n, bs))
     else:
-        loader = DataLoader(dataset, batch_size=bs, shuffle=True, drop_last=drops_singleton(n, bs),
-                            generator=generator)
+        epoch = DataLoader(dataset, batch_size=bs, shuffle=True, drop_last=drops_singleton(n, bs),
+                           generator=generator).__iter__
     steps = num_steps(n, cfg)
     done = 0
     while done < steps:
-        for x, y in loader:
+        for x, y in epoch():
             if device is not None:
                 x, y = to_device(x, device, non_blocking=True), y.to(device, non_blocking=True)
             yield x, y
             done += 1
             if done >= steps:
                 return
+
+
+def shuffled_epoch(dataset: IndexedDataset, batch_size: int, drop_last: bool) -> Iterator[Any]:
+    """One epoch of `DataLoader(dataset, batch_size, shuffle=True, drop_last)`, whole batches at a time, drawing
+    from torch's global RNG what DataLoader draws, in the same order (torch 2.x; tests/engine/test_batch_fetch.py
+    compares the two): its iterator's base seed, then the seed of RandomSampler's own generator, which draws the
+    permutation (and, at the epoch's end, a spare one that touches no global state)."""
+    torch.empty((), dtype=torch.int64).random_()  # the iterator's (unused) worker base seed
+    order = torch.Generator()
+    order.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+    perm = torch.randperm(len(dataset), generator=order).tolist()
+    end = len(perm) - len(perm) % batch_size if drop_last else len(perm)
+    for start in range(0, end, batch_size):
+        yield dataset.batch(perm[start:start + batch_size])
 
 
 def in_order(dataset: Dataset[Any], batch_size: int) -> DataLoader[Any]:
