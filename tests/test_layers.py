@@ -1,4 +1,4 @@
-"""Layers point one way: foundations <- core <- algorithms <- engine <- runtimes <- launch, tune <- cli.
+"""Layers point one way: foundations <- core <- algorithms <- engine <- runtimes <- launch, tune, privacy <- cli.
 
 Every `fedhet` import of every module (lazy ones inside functions too) must go to the same layer or a lower
 one; above the foundations each layer is one package, so there is no package-level cycle. A method module
@@ -15,8 +15,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "fedhet"
 FOUNDATIONS = {"errors", "registry", "outpaths", "atomic", "plugins", "yaml_input", "config", "data", "models",
                "losses", "report"}
 LAYERS = {**{name: 0 for name in FOUNDATIONS}, "core": 1, "algorithms": 2, "engine": 3, "runtimes": 4,
-          "launch": 5, "tune": 5, "cli": 6, "cli_args": 6, "cli_commands": 6, "cli_parser": 6, "config_doc": 6,
-          "__init__": 6, "__main__": 6}
+          "launch": 5, "tune": 5, "privacy": 5, "cli": 6, "cli_args": 6, "cli_commands": 6, "cli_parser": 6,
+          "config_doc": 6, "__init__": 6, "__main__": 6}
 
 
 def unit_of(path: Path) -> str:

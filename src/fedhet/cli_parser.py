@@ -18,6 +18,8 @@ from fedhet.cli_commands import (
     cmd_sweep,
     cmd_tune,
 )
+from fedhet.launch.ldm_cli import add_ldm
+from fedhet.privacy.command import add_privacy_parser
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -32,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_run, _add_sweep, _add_tune, _add_adapt, _add_report, _add_data, _add_pretrain, _add_flower):
         add(sub)
+    add_privacy_parser(sub)  # fedhet.privacy's own subcommand (docs/privacy.md)
+    add_ldm(sub)  # fedhet ldm pretrain | samples (docs/fedbip.md)
     methods = sub.add_parser("methods", help="list the registered methods")
     methods.set_defaults(func=cmd_methods)
     for command in sub.choices.values():  # -v / --debug also after the subcommand
