@@ -1,4 +1,4 @@
-"""The `fedhet` command: run | sweep | report | data | pretrain | methods | flower.
+"""The `fedhet` command: run | sweep | report | data | pretrain | ldm | methods | flower.
 
 Bad input never reaches the user as a traceback: every FedhetError is one line "error: ..." on stderr and exit
 code 2 (or the error's `exit_code`), Ctrl-C is one line and exit code 130, any other exception is one line
