@@ -61,11 +61,15 @@ if [[ $what == all || $what == sfda ]]; then  # 5 pre-training epochs at 64 px: 
 fi
 if [[ $what == all || $what == reports ]]; then
   mkdir -p $OUT
-  tables=$(for n in adaptfed_path50 adaptfed_dir03 adaptfed_path100 adaptfed_dir03_100; do [[ -d runs/$n ]] && echo runs/$n; done)
-  [[ -n $tables ]] && $PY benchmarks/adaptfed_tables.py $tables --out $OUT/tables.md
-  [[ -d runs/adaptfed_novel ]] && $PY benchmarks/adaptfed_tables.py runs/adaptfed_novel --novel --out $OUT/novel.md
-  alphas=$(for a in 0.1 0.3 0.5 0.7 0.9; do [[ -d runs/adaptfed_alpha$a ]] && echo runs/adaptfed_alpha$a; done)
-  [[ -n $alphas ]] && $PY benchmarks/adaptfed_tables.py $alphas --out $OUT/alpha.md
-  [[ -d runs/adaptfed_shakespeare ]] && $PY benchmarks/adaptfed_tables.py runs/adaptfed_shakespeare --out $OUT/shakespeare.md
-  for n in adaptfed_path50 adaptfed_dir03 adaptfed_novel adaptfed_shakespeare sfda_pacs_effnet; do [[ -d runs/$n ]] && $FEDHET report runs/$n --out $OUT/$n; done
+  tables=$(for n in adaptfed_path50 adaptfed_dir03 adaptfed_path100 adaptfed_dir03_100; do if [[ -d runs/$n ]]; then echo runs/$n; fi; done)
+  if [[ -n $tables ]]; then $PY benchmarks/adaptfed_tables.py $tables --out $OUT/tables.md; fi
+  if [[ -d runs/adaptfed_novel ]]; then $PY benchmarks/adaptfed_tables.py runs/adaptfed_novel --novel --out $OUT/novel.md; fi
+  alphas=$(for a in 0.1 0.3 0.5 0.7 0.9; do if [[ -d runs/adaptfed_alpha$a ]]; then echo runs/adaptfed_alpha$a; fi; done)
+  if [[ -n $alphas ]]; then $PY benchmarks/adaptfed_tables.py $alphas --out $OUT/alpha.md; fi
+  if [[ -d runs/adaptfed_shakespeare ]]; then
+    $PY benchmarks/adaptfed_tables.py runs/adaptfed_shakespeare --out $OUT/shakespeare.md
+  fi
+  for n in adaptfed_path50 adaptfed_dir03 adaptfed_novel adaptfed_shakespeare sfda_pacs_effnet; do
+    if [[ -d runs/$n ]]; then $FEDHET report runs/$n --out $OUT/$n; fi
+  done
 fi
