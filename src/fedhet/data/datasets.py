@@ -55,15 +55,14 @@ class IndexedDataset(Dataset):
         """Whether reading samples leaves every RNG alone: no transform, or an elementwise one (`batchable`)."""
         return self.transform is None or bool(getattr(self.transform, "batchable", False))
 
-    def batch(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(self, indices: list[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Samples `indices` collated: what DataLoader's default collate makes of them one by one, the same values.
         One gather when the data are one part and the transform is elementwise (`batchable`: it is applied to the
         batch) or absent; otherwise sample by sample (a random transform draws in sample order)."""
         if not self.needs_no_random_numbers or len(self.parts) != 1:
-            return default_collate([self[j] for j in indices])  # type: ignore[no-any-return]
-        if indices and not (-len(self) <= min(indices) and max(indices) < len(self)):
-            raise IndexError(f"indices out of range for {len(self)} samples")
-        rows = self._index[0][torch.tensor(indices, dtype=torch.int64)]
+            return default_collate([self[int(j)] for j in indices])  # type: ignore[no-any-return]
+        index = indices if isinstance(indices, torch.Tensor) else torch.tensor(indices, dtype=torch.int64)
+        rows = self._index[0][index]  # torch raises IndexError for an index out of range
         x = self.parts[0].x[rows]
         return (self.transform(x) if self.transform is not None else x), self.parts[0].y[rows]
 

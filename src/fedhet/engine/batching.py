@@ -54,7 +54,7 @@ def shuffled_epoch(dataset: IndexedDataset, batch_size: int, drop_last: bool) ->
     torch.empty((), dtype=torch.int64).random_()  # the iterator's (unused) worker base seed
     order = torch.Generator()
     order.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
-    perm = torch.randperm(len(dataset), generator=order).tolist()
+    perm = torch.randperm(len(dataset), generator=order)
     end = len(perm) - len(perm) % batch_size if drop_last else len(perm)
     for start in range(0, end, batch_size):
         yield dataset.batch(perm[start:start + batch_size])
