@@ -98,3 +98,32 @@ def test_shuffled_epochs_draw_what_dataloader_draws(with_generator: bool, sample
     assert len(fast[0]) == len(slow[0])
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(fast[0], slow[0], strict=True))
     assert torch.equal(fast[1], slow[1]) and (fast[2] is None or torch.equal(fast[2], slow[2]))
+
+
+def test_a_client_rng_is_the_state_seeded_leaves_and_shared_outer_blocks_restore_the_caller() -> None:
+    import random
+
+    with seeded(7, 3, 11, "fit"):
+        want = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    rng = ClientRng(7, 3, 11)
+    got = rng._state
+    assert torch.equal(got[0], want[0]) and got[2] == want[2]
+    assert all(np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b for a, b in zip(got[1], want[1],
+                                                                                            strict=True))
+    torch.manual_seed(0)
+    np.random.seed(0)
+    before = (torch.rand(1), np.random.rand())
+    torch.manual_seed(0)
+    np.random.seed(0)
+    other = ClientRng(7, 3, 12)
+    with ClientRng.one_after_another():
+        for client in (rng, other):
+            with client.active():
+                torch.rand(5), np.random.rand(3)
+    assert torch.equal(torch.rand(1), before[0]) and np.random.rand() == before[1]  # the caller's RNG is intact
+    with seeded(7, 3, 11, "fit"):
+        torch.rand(5), np.random.rand(3)
+        after = (torch.rand(2), np.random.rand())
+    with rng.active():
+        resumed = (torch.rand(2), np.random.rand())
+    assert torch.equal(after[0], resumed[0]) and after[1] == resumed[1]  # each client continued its own stream

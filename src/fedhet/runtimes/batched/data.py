@@ -27,7 +27,7 @@ from torch.utils.data import Dataset
 
 from fedhet.config import TrainConfig
 from fedhet.core.batches import num_steps
-from fedhet.core.seeding import seeded
+from fedhet.core.seeding import derive_seed
 from fedhet.data.datasets import IndexedDataset
 from fedhet.engine.batching import batches
 
@@ -38,11 +38,15 @@ AHEAD_MAX = 64
 
 class ClientRng:
     """The global RNG states (torch CPU, numpy, random) of one client's `seeded(seed, rnd, cid, "fit")` block,
-    resumable: `active()` swaps them in for a block and saves where they got to."""
+    resumable: `active()` swaps them in for a block and saves where they got to. The states are built directly
+    (what `seeded` would leave in the global RNGs), without touching the global ones."""
 
     def __init__(self, seed: int, rnd: int, client_id: int, purpose: str = "fit") -> None:
-        with seeded(seed, rnd, client_id, purpose):
-            self._state = self._capture()
+        value = derive_seed(seed, rnd, client_id, purpose)
+        gen = torch.Generator()
+        gen.manual_seed(value)
+        self._state = (gen.get_state(), np.random.RandomState(value % 2**32).get_state(),
+                       random.Random(value).getstate())
 
     @staticmethod
     def _capture() -> tuple[torch.Tensor, Any, Any]:
@@ -54,11 +58,25 @@ class ClientRng:
         np.random.set_state(state[1])
         random.setstate(state[2])
 
+    @classmethod
+    @contextmanager
+    def one_after_another(cls) -> Iterator[None]:
+        """A run of clients' `active()` blocks with nothing random between them (each client's `start`, each
+        client's `finish`): the caller's RNG state is saved once before and restored once after, instead of
+        around every block (numpy's state copy is ~0.3 ms each way)."""
+        global _SHARED_OUTER
+        outer, _SHARED_OUTER = cls._capture(), True
+        try:
+            yield
+        finally:
+            _SHARED_OUTER = False
+            cls._restore(outer)
+
     @contextmanager
     def active(self, torch_only: bool = False) -> Iterator[None]:
-        """Run the block on this client's RNG; the caller's global RNG state is restored afterwards.
-        `torch_only`: the block draws from torch's RNG alone (the data draws of a dataset whose samples need no
-        random numbers), so numpy's and Python's states, costly to copy, are left where they are."""
+        """Run the block on this client's RNG; the caller's global RNG state is restored afterwards (inside
+        `one_after_another`, at its end). `torch_only`: the block draws from torch's RNG alone (the data draws of
+        a dataset whose samples need no random numbers), so numpy's and Python's states are left where they are."""
         if torch_only:
             outer_torch = torch.get_rng_state()
             torch.set_rng_state(self._state[0])
@@ -68,13 +86,17 @@ class ClientRng:
                 self._state = (torch.get_rng_state(), *self._state[1:])
                 torch.set_rng_state(outer_torch)
             return
-        outer = self._capture()
+        outer = None if _SHARED_OUTER else self._capture()
         self._restore(self._state)
         try:
             yield
         finally:
             self._state = self._capture()
-            self._restore(outer)
+            if outer is not None:
+                self._restore(outer)
+
+
+_SHARED_OUTER = False  # inside ClientRng.one_after_another
 
 
 class BatchStream:

@@ -185,7 +185,8 @@ class BatchedClients(InProcessClients):
         """Train one chunk (module docstring), its jobs grouped by the shape of their Work (MOON's first round has
         no previous model) and their method copy's `lane_group`; outcomes in the chunk's order."""
         rngs = [ClientRng(*client_stream(self.exp.config.seed, rnd, job.cid, FIT)) for job in jobs]
-        lanes = [self._lane(job, rnd, rng) for job, rng in zip(jobs, rngs, strict=True)]
+        with ClientRng.one_after_another():
+            lanes = [self._lane(job, rnd, rng) for job, rng in zip(jobs, rngs, strict=True)]
         groups: dict[tuple[Any, ...], list[int]] = {}
         for i, lane in enumerate(lanes):
             groups.setdefault((shape_key(lane.work), lane_group(jobs[i].alg)), []).append(i)
@@ -216,8 +217,9 @@ class BatchedClients(InProcessClients):
                 diverged[i] = diverged[i] or result.diverged[i]
                 if local_pass.report:
                     stats[i].loss, stats[i].steps, stats[i].examples = done.loss, done.steps, done.examples
-        return [FitOutcome(None, job.state) if diverged[i] else
-                self._finish(i, job, lanes[i], rngs[i], state, stats[i], optim[i]) for i, job in enumerate(jobs)]
+        with ClientRng.one_after_another():
+            return [FitOutcome(None, job.state) if diverged[i] else
+                    self._finish(i, job, lanes[i], rngs[i], state, stats[i], optim[i]) for i, job in enumerate(jobs)]
 
     def _finish(self, i: int, job: FitJob, lane: LaneWork, rng: ClientRng, state: dict[str, torch.Tensor],
                 stats: FitStats, optim: dict[str, Any]) -> FitOutcome:
