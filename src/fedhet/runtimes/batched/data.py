@@ -65,6 +65,9 @@ class ClientRng:
         client's `finish`): the caller's RNG state is saved once before and restored once after, instead of
         around every block (numpy's state copy is ~0.3 ms each way)."""
         global _SHARED_OUTER
+        if _SHARED_OUTER:  # already inside one: its caller's state is the one to restore
+            yield
+            return
         outer, _SHARED_OUTER = cls._capture(), True
         try:
             yield

@@ -76,6 +76,7 @@ class BatchedClients(InProcessClients):
     def __init__(self, exp: Experiment) -> None:
         super().__init__(exp)
         self.cache: Cache = {}
+        self.chunk_sizes: dict[int, int] = {}  # batch size -> clients per chunk (the estimate builds a model)
         self.modules = self._probe()
         self._say_if_slower()
 
@@ -92,7 +93,7 @@ class BatchedClients(InProcessClients):
     @property
     def chunk_size(self) -> int:
         """Clients per chunk at the run's own batch size."""
-        return self._chunk_size(self.modules, self.exp.config.train.batch_size)
+        return self._chunk_size(self.exp.config.train.batch_size)
 
     def _probe(self) -> int:
         """Client 0's round-1 fit through the rule, one dry vectorized step on zeros included (the global RNG
@@ -126,14 +127,17 @@ class BatchedClients(InProcessClients):
             raise refusal(self.alg.name, f"its loss does not run under torch.func.vmap ({str(e).splitlines()[0]}) "
                           "(rule 7)") from e
 
-    def _chunk_size(self, modules: int, batch_size: int) -> int:
+    def _chunk_size(self, batch_size: int) -> int:
         """Clients per chunk from `run.batched_memory_mb` / `run.batched_max_clients` (memory.py): a lane per
-        module field of the Work, sized for the chunk's largest batch."""
-        run, exp, train = self.exp.config.run, self.exp, self.exp.config.train
-        slots = 2 if train.optimizer in ("adam", "adamw") else 1
-        per_lane = lane_bytes(self.alg.parts.new(), exp.data.input_shape, batch_size, slots)
-        budget = int(run.batched_memory_mb * MB) if run.batched_memory_mb else default_budget_bytes(exp.device)
-        return clients_per_chunk(per_lane, max(modules, 1), budget, run.batched_max_clients)
+        module field of the Work, sized for the chunk's largest batch; estimated once per batch size."""
+        if batch_size not in self.chunk_sizes:
+            run, exp, train = self.exp.config.run, self.exp, self.exp.config.train
+            slots = 2 if train.optimizer in ("adam", "adamw") else 1
+            per_lane = lane_bytes(self.alg.parts.new(), exp.data.input_shape, batch_size, slots)
+            budget = int(run.batched_memory_mb * MB) if run.batched_memory_mb else default_budget_bytes(exp.device)
+            self.chunk_sizes[batch_size] = clients_per_chunk(per_lane, max(self.modules, 1), budget,
+                                                             run.batched_max_clients)
+        return self.chunk_sizes[batch_size]
 
     def fit(self, rnd: int, messages: dict[int, Message],
             algorithms: Mapping[int, Algorithm[Any, Any, Any]] | None = None) -> list[Reply]:
@@ -155,7 +159,7 @@ class BatchedClients(InProcessClients):
         """Fit any clients of any federations sharing this experiment (a tuning population's members, each client
         with its own method copy and state) as lanes, in memory-sized chunks; nothing here is stored. A job whose
         loss became NaN / inf comes back with no reply and its old state."""
-        size = self._chunk_size(self.modules, max(job.alg.train_cfg.batch_size for job in jobs))
+        size = self._chunk_size(max(job.alg.train_cfg.batch_size for job in jobs))
         out: list[FitOutcome] = []
         for start in range(0, len(jobs), size):
             out += self._fit_chunk(rnd, jobs[start:start + size])
