@@ -21,13 +21,35 @@ TINY_VL = ["data.dataset=easy_vqa_task", "model.name=vl_transformer", "model.arg
 TINY_FOCAL = ["model.name=focalnet", "model.args={embed_dim: 8, depths: [2], patch_size: 4}"]
 
 
+def tiny_ldm_dir() -> Path:
+    """A tiny random diffusers LDM checkpoint folder (16 px, BERT text encoder with the MiniLM tokenizer), written
+    once per test process into the temp folder."""
+    import tempfile
+
+    root = Path(tempfile.gettempdir()) / f"fedhet_tiny_ldm_{os.getpid()}"
+    if not (root / "unet").is_dir():
+        from fedhet.models.ldm import save_components, tiny_components
+
+        save_components(tiny_components("bert"), root)
+    return root
+
+
+def tiny_ldm() -> list[str]:
+    """FedBiP on the tiny LDM, as small as it goes: one round, a short concept pass, 2 PNDM steps, 1x data."""
+    return ["rounds=1", f"method_args.ldm={tiny_ldm_dir()}", "method_args.concept_epochs=1",
+            "method_args.steps=2", "method_args.multiplier=1", "method_args.classifier_epochs=1",
+            "method_args.cache=false", "data.max_train_per_client=24"]
+
+
 def for_method(method: str, overrides: list[str]) -> list[str]:
-    """`overrides` plus method=<method>, and the tiny VL setting when the method needs a transformer over VQA data
-    or the tiny FocalNet when it needs focal modulation (`Algorithm.modality`): so tests over every registered
-    method run each on a model and data it can train on."""
+    """`overrides` plus method=<method>, and the tiny VL setting when the method needs a transformer over VQA data,
+    the tiny FocalNet when it needs focal modulation or the tiny LDM when it needs latent diffusion
+    (`Algorithm.modality`): so tests over every registered method run each on a model and data it can train on."""
     from fedhet.algorithms import ALGORITHMS
 
-    extra = {"vision-language": TINY_VL, "focal-modulation": TINY_FOCAL}.get(ALGORITHMS.get(method).modality, [])
+    modality = ALGORITHMS.get(method).modality
+    extra = tiny_ldm() if modality == "latent-diffusion" else \
+        {"vision-language": TINY_VL, "focal-modulation": TINY_FOCAL}.get(modality, [])
     return [*overrides, *extra, f"method={method}"]
 
 

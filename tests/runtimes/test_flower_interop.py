@@ -167,15 +167,15 @@ def test_every_method_is_a_flower_strategy(tmp_path, method) -> None:
     expected = final_server_model(tmp_path / "inprocess")
     strategy = FedhetStrategy(c)
     grid = AppGrid([fedhet_client_app(config=c)] * 4)
-    result = strategy.start(grid=grid, initial_arrays=strategy.initial_arrays(), num_rounds=2)
+    result = strategy.start(grid=grid, initial_arrays=strategy.initial_arrays(), num_rounds=c.rounds)
     got = result.arrays.to_torch_state_dict()
     for key, value in expected.items():
         assert torch.equal(got[key], value), key
     rows = [json.loads(line) for line in (tmp_path / "inprocess" / "metrics.jsonl").read_text().splitlines()]
     test_rows = [r for r in rows if r["split"] == "test"]
     assert strategy.metrics == test_rows
-    assert result.evaluate_metrics_clientapp[2]["accuracy"] == test_rows[-1]["accuracy"]
-    assert sum(kind == "train" for _, kind in grid.sent) == 4  # 2 of 4 clients in each of 2 rounds
+    assert result.evaluate_metrics_clientapp[c.rounds]["accuracy"] == test_rows[-1]["accuracy"]
+    assert sum(kind == "train" for _, kind in grid.sent) == 2 * c.rounds  # 2 of 4 clients each round (one-shot: 1)
 
 
 def test_flower_md_strategy_example_runs(tmp_path, monkeypatch) -> None:

@@ -72,8 +72,9 @@ class Algorithm(Generic[S, C, W]):
     Params: ClassVar[type] = NoParams
     personalized: ClassVar[bool] = False  # clients deploy their own model (evaluated per client)
     centralized: ClassVar[bool] = False  # trains on the union of the clients' data: engine/experiment.arrange
+    one_shot: ClassVar[bool] = False  # one round only (FedBiP): build_experiment refuses rounds != 1
     # what the method needs of model and data: "any"; "vision-language" (a transformer over (image, question)
-    # data); "focal-modulation" (a FocalNet backbone)
+    # data); "focal-modulation" (a FocalNet backbone); "latent-diffusion" (image data and a diffusers LDM)
     modality: ClassVar[str] = "any"
     # Params fields read only inside the hooks, so they may differ per call (`with_hparams`; FedProx: mu)
     call_params: ClassVar[frozenset[str]] = frozenset()
@@ -131,7 +132,7 @@ class Algorithm(Generic[S, C, W]):
 
     def reply_layout(self, broadcast: Message) -> dict[str, ArraySpec]:
         """Names, shapes and dtypes of the arrays a fit reply to `broadcast` carries (checked by the Flower
-        server before aggregation). FedAvg: the arrays it received."""
+        server before aggregation; a dimension of -1 matches any size). FedAvg: the arrays it received."""
         return spec_of(broadcast.arrays)
 
     # ------------------------------------------------------------------ client side

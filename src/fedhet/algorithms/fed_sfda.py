@@ -30,8 +30,9 @@ import torch
 from torch import Tensor, nn
 
 from fedhet.algorithms.base import Algorithm, ArraySpec
-from fedhet.algorithms.fed_sfda_parts import kd_loss, load_source, pretrain, pseudo_label_loss, stylise, swa_update
+from fedhet.algorithms.fed_sfda_parts import kd_loss, load_source, pseudo_label_loss, stylise, swa_update
 from fedhet.algorithms.registry import register
+from fedhet.algorithms.server_training import train_on_tensors
 from fedhet.config import DataConfig
 from fedhet.core.contract import (
     ClientContext,
@@ -179,8 +180,9 @@ class FedSFDA(Algorithm[FedSFDAServer, FedSFDAState, FedSFDAWork]):
         elif p.fda:
             log.warning("fed_sfda: no client sent a style in round 1; pre-training on the source data alone")
         model = self.parts.assemble(self.parts.new(), server.model, {})
-        loss = pretrain(model, source, p.pretrain_epochs, self.train_cfg, p.pretrain_lr or self.train_cfg.lr,
-                        self.device)
+        loss = train_on_tensors(model, source.x, source.y, p.pretrain_epochs, self.train_cfg,
+                                p.pretrain_lr or self.train_cfg.lr, self.device, hflip=source.hflip,
+                                what="Fed-SFDA source pre-training", lr_setting="method_args.pretrain_lr")
         log.info("fed_sfda: pre-trained on %d source images (%s), last epoch loss %.4f", len(source.y),
                  "with FDA styles" if p.fda and styles is not None else "no styles", loss)
         return dataclasses.replace(server, model=state_of(model, self.parts.shared), pretrained=True, styles=styles)

@@ -1,5 +1,6 @@
-"""Fed-SFDA's pieces (AdaptFED Sec. 3.4, spec 2.7): the adaptation losses, the SWA teacher and the server's
-source pre-training on D_S and its FDA-stylised copy. The method itself: `fedhet.algorithms.fed_sfda`.
+"""Fed-SFDA's pieces (AdaptFED Sec. 3.4, spec 2.7): the adaptation losses, the SWA teacher, the server's
+source data D_S and its FDA-stylised copy (pre-training on them: `fedhet.algorithms.server_training`). The method
+itself: `fedhet.algorithms.fed_sfda`.
 
 - L_PSEUDO (`pseudo_label_loss`): hard pseudo-labels argmax of the teacher, kept where its confidence >=
   threshold; FixMatch's reduction (mean over the whole batch of mask * CE), so a batch with few confident
@@ -12,24 +13,20 @@ source pre-training on D_S and its FDA-stylised copy. The method itself: `fedhet
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from fedhet.config import DataConfig, TrainConfig
-from fedhet.core.optim import make_optimizer
+from fedhet.config import DataConfig
 from fedhet.core.params import StateDict
 from fedhet.data import build_federated_data
 from fedhet.data.fda import fda_transfer
 from fedhet.data.registry import resolve_spec
-from fedhet.errors import ConfigError, TrainingDivergedError
+from fedhet.errors import ConfigError
 
-log = logging.getLogger(__name__)
-
-__all__ = ["SourceData", "kd_loss", "load_source", "pretrain", "pseudo_label_loss", "stylise", "swa_update"]
+__all__ = ["SourceData", "kd_loss", "load_source", "pseudo_label_loss", "stylise", "swa_update"]
 
 
 def pseudo_label_loss(student: Tensor, teacher: Tensor, threshold: float) -> tuple[Tensor, Tensor]:
@@ -82,34 +79,3 @@ def stylise(x: Tensor, styles: Tensor, band: int, chunk: int = 512) -> Tensor:
     pick = torch.randint(len(styles), (len(x),))
     return torch.cat([fda_transfer(x[i:i + chunk], styles[pick[i:i + chunk]], band)
                       for i in range(0, len(x), chunk)])
-
-
-def pretrain(model: nn.Module, source: SourceData, epochs: int, train: TrainConfig, lr: float,
-             device: torch.device) -> float:
-    """Supervised pre-training on (x, y) for `epochs` epochs (train config's optimizer and batch size, random
-    horizontal flips when the dataset allows them, torch's global RNG); returns the last epoch's mean loss."""
-    x, y = source.x.to(device), source.y.to(device)
-    opt, bs, n = make_optimizer(model.parameters(), train, lr), train.batch_size, len(y)
-    model.train()
-    mean = float("nan")
-    for _ in range(epochs):
-        order, total, steps = torch.randperm(n, device=device), 0.0, 0
-        for i in range(0, n, bs):
-            idx = order[i:i + bs]
-            if len(idx) < 2:  # BatchNorm cannot train on one sample
-                continue
-            xb = x[idx]
-            if source.hflip:
-                flip = torch.rand(len(idx), device=device) < 0.5
-                xb = torch.where(flip.view(-1, 1, 1, 1), xb.flip(-1), xb)
-            loss = F.cross_entropy(model(xb), y[idx])
-            if not torch.isfinite(loss):
-                raise TrainingDivergedError("Fed-SFDA source pre-training diverged (loss NaN/inf); lower "
-                                            "method_args.pretrain_lr")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            opt.step()
-            total, steps = total + float(loss.detach()), steps + 1
-        mean = total / max(steps, 1)
-        log.info("fed_sfda source pre-training: epoch loss %.4f", mean)
-    return mean

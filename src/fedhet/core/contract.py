@@ -36,13 +36,15 @@ class RoundInfo:
 
 @dataclass(frozen=True)
 class ClientContext:
-    """What a client knows while it trains or evaluates: who it is, the round, its data, its device."""
+    """What a client knows while it trains or evaluates: who it is, the round, its data, its device, and the
+    dataset's class names (public metadata, e.g. FedBiP's prompts; empty when unknown)."""
 
     client_id: int
     info: RoundInfo
     data: ClientData
     device: torch.device
     num_classes: int
+    class_names: tuple[str, ...] = ()
 
     @property
     def round(self) -> int:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import logging
-import os
 import re
 import zipfile
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 
 from fedhet.atomic import atomic_write
+from fedhet.cache import cache_root
 from fedhet.errors import ConfigError, DatasetNotFoundError
 
 log = logging.getLogger(__name__)
@@ -117,9 +117,7 @@ def load_questions(split: str) -> Questions:
 
 def cache_dir() -> Path:
     """Where decoded easy-VQA images are cached: $FEDHET_CACHE, else $XDG_CACHE_HOME/fedhet, else ~/.cache/fedhet."""
-    base = os.environ.get("FEDHET_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fedhet")
-    return Path(base) / "easy_vqa"
+    return cache_root() / "easy_vqa"
 
 
 def _version() -> str:

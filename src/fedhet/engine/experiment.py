@@ -86,7 +86,8 @@ class Experiment:
         """What client `client_id` knows in round `rnd` (its own data unless `data` is given)."""
         return ClientContext(client_id=client_id, info=self.round_info(rnd),
                              data=data if data is not None else self.data.clients[client_id],
-                             device=self.device, num_classes=self.data.num_classes)
+                             device=self.device, num_classes=self.data.num_classes,
+                             class_names=tuple(self.data.classes))
 
 
 def make_model_fn(cfg: ExperimentConfig, data: FederatedData) -> Callable[[], SplitModel]:
@@ -129,7 +130,10 @@ def limit_threads(n: int) -> threadpool_limits:
 
 def build_experiment(cfg: ExperimentConfig) -> Experiment:
     """Check names first (cheap), then load data, then build the model and algorithm."""
-    ALGORITHMS.get(cfg.method)  # unknown method -> error before any data is loaded
+    method = ALGORITHMS.get(cfg.method)  # unknown method -> error before any data is loaded
+    if method.one_shot and cfg.rounds != 1:
+        raise ConfigError(f"method '{cfg.method}' is one-shot (one upload per client, then the server step): set "
+                          f"rounds=1, got rounds={cfg.rounds}")
     if cfg.run.num_threads:
         limit_threads(cfg.run.num_threads)
     device = resolve_device(cfg.run.device)

@@ -88,6 +88,9 @@ class FedBiPUpload:
     classes: torch.Tensor
 
     def __post_init__(self) -> None:
+        # one memory layout whatever produced them (the VAE gives channels-last latents, a transport contiguous
+        # ones): the UNet's kernels depend on it, so generation from a message is bit-identical in every runtime
+        self.latents = self.latents.contiguous()
         if self.latents.dim() != 4 or self.labels.dim() != 1 or len(self.latents) != len(self.labels):
             raise FedhetError(f"an upload needs latents (N, c, h, w) and labels (N,), got "
                               f"{tuple(self.latents.shape)} and {tuple(self.labels.shape)}")

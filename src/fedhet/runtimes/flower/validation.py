@@ -5,7 +5,8 @@ values and a non-negative integer `num-examples` (and come from the node the mes
 the server expects is derived from the round's broadcast message:
 
 each method declares it with `Algorithm.reply_layout(broadcast) -> {name: (shape, dtype)}` (by default the
-arrays it received; SCAFFOLD: `dy/<key>` and `dc/<key>`); `tests/runtimes/test_flower_faults.py` checks that
+arrays it received; SCAFFOLD: `dy/<key>` and `dc/<key>`; a dimension of -1 matches any size, e.g. FedBiP's
+number of uploaded latents); `tests/runtimes/test_flower_faults.py` checks that
 every registered method's replies match its own declaration.
 
 An evaluate reply must carry finite-or-NaN numbers (under fedhet's or a Flower app's usual names, see
@@ -52,7 +53,8 @@ def check_arrays(arrays: dict[str, torch.Tensor], spec: Spec) -> None:
         value = arrays[name]
         if value.dtype != dtype:
             raise ReplyRejected(f"array {name!r} has dtype {value.dtype}, expected {dtype}")
-        if tuple(value.shape) != shape:
+        sizes = tuple(value.shape)
+        if len(sizes) != len(shape) or any(want not in (-1, got) for want, got in zip(shape, sizes, strict=True)):
             raise ReplyRejected(f"array {name!r} has shape {tuple(value.shape)}, expected {shape}")
         if (value.is_floating_point() or value.is_complex()) and not bool(torch.isfinite(value).all()):
             bad = int((~torch.isfinite(value)).sum())

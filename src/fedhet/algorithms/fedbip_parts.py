@@ -1,0 +1,144 @@
+"""FedBiP's pieces around the LDM (the method: `fedhet.algorithms.fedbip`; the LDM steps: `fedhet.models.ldm`).
+
+- Images between the classifier and the LDM (`ImageFormat`): a client's inputs are its dataset's eval-transformed
+  tensors (normalised, at `data.image_size`); the LDM takes RGB in [0, 1] at its own sample size. `to_ldm` undoes
+  the normalisation, repeats a grey channel and resizes; `to_classifier` maps generated images back (resize,
+  grey = channel mean, normalise) so the classifier sees synthetic images exactly as it will see real ones.
+- The synthetic set (`synthesize`, Alg. 1 ServerUpdate lines 4-7 x multiplier): image j of a client is generated
+  from uploaded latent j mod N with its own η of Ŝ (FedBiP-S / M / L: multiplier 2 / 5 / 10). Generation runs in
+  chunks; chunk k draws its η (and, without z(T), its start noise) from a generator seeded by (seed, client, k), so
+  a chunk is the same whether it is generated in one go or after a restart. Finished chunks are kept in a cache
+  directory (atomic files, keyed by a hash of the upload, the LDM and every generation setting), so a killed run
+  regenerates only the missing chunks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from fedhet.atomic import atomic_torch_save
+from fedhet.core.seeding import torch_generator
+from fedhet.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from fedhet.errors import ConfigError
+from fedhet.models.ldm.client import FedBiPUpload
+from fedhet.models.ldm.generate import GenerationConfig, generate
+
+log = logging.getLogger(__name__)
+
+NORMALIZATIONS = ("imagenet", "none", "fixed")
+
+
+@dataclass(frozen=True)
+class ImageFormat:
+    """How the classifier's inputs are normalised: x_model = (x_[0,1] - mean) / std per channel."""
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    @classmethod
+    def of(cls, normalize: str, mean: list[float] | None = None, std: list[float] | None = None) -> ImageFormat:
+        """`imagenet` (fedhet's image datasets), `none` (inputs already in [0, 1]) or `fixed` mean / std."""
+        if normalize == "imagenet":
+            return cls(IMAGENET_MEAN, IMAGENET_STD)
+        if normalize == "none":
+            return cls((0.0,), (1.0,))
+        if normalize != "fixed" or not mean or not std or len(mean) != len(std) or min(std) <= 0:
+            raise ConfigError(f"fedbip method_args.normalize must be one of {NORMALIZATIONS} ('fixed' with "
+                              f"equal-length mean and positive std lists), got '{normalize}' with mean {mean} and "
+                              f"std {std}")
+        return cls(tuple(mean), tuple(std))
+
+    def _stats(self, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, std = torch.tensor(self.mean), torch.tensor(self.std)
+        if len(mean) not in (1, channels):
+            if channels != 1:
+                raise ConfigError(f"normalisation has {len(mean)} channels, the images {channels}")
+            mean, std = mean.mean(), std.mean()  # grey images under RGB statistics
+        return mean.view(1, -1, 1, 1), std.view(1, -1, 1, 1)
+
+    def to_ldm(self, x: torch.Tensor, side: int) -> torch.Tensor:
+        """(N, C, H, W) classifier inputs -> (N, 3, side, side) RGB in [0, 1]."""
+        if x.dim() != 4 or x.shape[1] not in (1, 3):
+            raise ConfigError(f"fedbip needs 1- or 3-channel images (N, C, H, W), got {tuple(x.shape)}")
+        mean, std = self._stats(x.shape[1])
+        unit = (x.float() * std + mean).clamp(0, 1)
+        if unit.shape[1] == 1:
+            unit = unit.expand(-1, 3, -1, -1)
+        if tuple(unit.shape[-2:]) != (side, side):
+            unit = F.interpolate(unit, size=(side, side), mode="bilinear", antialias=True, align_corners=False)
+        return unit.clamp(0, 1)
+
+    def to_classifier(self, images: torch.Tensor, channels: int, height: int, width: int) -> torch.Tensor:
+        """(N, 3, s, s) generated images in [0, 1] -> (N, channels, height, width) classifier inputs."""
+        x = images.float()
+        if tuple(x.shape[-2:]) != (height, width):
+            x = F.interpolate(x, size=(height, width), mode="bilinear", antialias=True, align_corners=False)
+        if channels == 1:
+            x = x.mean(dim=1, keepdim=True)
+        mean, std = self._stats(channels)
+        return (x.clamp(0, 1) - mean) / std
+
+
+def upload_key(upload: FedBiPUpload, *settings: object) -> str:
+    """A hash of the upload's tensors and every setting that changes what is generated from it."""
+    h = hashlib.sha256()
+    for t in upload.tensors().values():
+        h.update(str((tuple(t.shape), t.dtype)).encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    h.update(repr(settings).encode())
+    return h.hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class SynthesisPlan:
+    """One client's synthetic set: `multiplier` x N images in chunks of `chunk` (the unit of resumption);
+    `use_latents`: start from the uploaded z(T) (else fresh N(0, I), Table 3's rows without z(T))."""
+
+    multiplier: int
+    chunk: int
+    use_latents: bool
+    seed: int
+    client: int
+
+
+Generate = Callable[[FedBiPUpload, GenerationConfig, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
+
+
+def synthesize(upload: FedBiPUpload, plan: SynthesisPlan, generation: GenerationConfig, encoder: object,
+               cache: Path | None, key: str, run: Generate | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(images uint8 (M, 3, s, s), labels (M,)) with M = multiplier x N: the chunks from `cache/key` where they
+    exist, the others generated (and saved there atomically)."""
+    n = len(upload.labels)
+    total = plan.multiplier * n
+    run = run or (lambda up, cfg, g: generate(encoder, up, cfg, g))  # type: ignore[arg-type]
+    images, labels = [], []
+    folder = cache / key if cache is not None else None
+    for k, start in enumerate(range(0, total, plan.chunk)):
+        path = folder / f"chunk{k:05d}.pt" if folder is not None else None
+        if path is not None and path.is_file():
+            saved = torch.load(path, weights_only=True)
+            images.append(saved["images"])
+            labels.append(saved["labels"])
+            continue
+        idx = torch.arange(start, min(start + plan.chunk, total)) % n
+        g = torch_generator(plan.seed, "fedbip-generate", plan.client, k)
+        latents = upload.latents[idx]
+        if not plan.use_latents:
+            latents = torch.randn(latents.shape, generator=g)
+        part = FedBiPUpload(latents, upload.labels[idx], upload.domain, upload.classes)
+        x, y = run(part, generation, g)
+        x8 = (x.clamp(0, 1) * 255).round().to(torch.uint8)
+        if path is not None:
+            atomic_torch_save({"images": x8, "labels": y}, path)
+        images.append(x8)
+        labels.append(y)
+    if not images:
+        return torch.zeros((0, 3, 1, 1), dtype=torch.uint8), torch.zeros(0, dtype=torch.long)
+    return torch.cat(images), torch.cat(labels)
