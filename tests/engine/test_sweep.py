@@ -36,6 +36,15 @@ def test_variants_expand_with_labels_and_merged_settings(tmp_path) -> None:
     assert len(set(dirs)) == len(dirs) and dirs[2].parts[-2] == "fraug_no_ema"
 
 
+def test_a_variant_of_another_method_may_drop_the_inherited_method_args(tmp_path) -> None:
+    cfg = from_dict(ExperimentConfig, {**TINY, "name": "sw", "method": "fedprox", "method_args": {"mu": 0.5},
+                                       "run": {"out_dir": str(tmp_path)},
+                                       "sweep": {"variants": {"prox": {"method": "fedprox"},
+                                                              "avg": {"method": "fedavg", "method_args": None}}}})
+    plan = plan_sweep(cfg)
+    assert [(c.method, c.method_args) for c in plan.configs] == [("fedprox", {"mu": 0.5}), ("fedavg", {})]
+
+
 def test_cli_selection_may_name_a_variant(tmp_path) -> None:
     cfg = _cfg(tmp_path, {"methods": ["fedavg"], "variants": {"v1": {"method": "fedbn"}}})
     assert [c.variant for c in plan_sweep(cfg, methods=["v1"]).configs] == ["v1"]

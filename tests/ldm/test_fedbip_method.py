@@ -120,17 +120,22 @@ def fake_generator(calls: list[int]):
 def test_generation_resumes_from_its_cache_and_regenerates_only_missing_chunks(tmp_path: Path) -> None:
     up, gen, calls = upload(), GenerationConfig(), []
     plan = SynthesisPlan(multiplier=3, chunk=4, use_latents=True, seed=1, client=0)
-    key = upload_key(up, "ldm", gen, plan)
+    key = upload_key(up, "ldm", gen, plan.key_fields())
     x1, y1 = synthesize(up, plan, gen, None, tmp_path, key, run=fake_generator(calls))
-    assert len(y1) == 18 and calls == [4, 4, 4, 4, 2]  # 3 x 6 images in chunks of 4
+    assert len(y1) == 18 and calls == [4, 2, 4, 2, 4, 2]  # 3 copies of 6 latents, parts of at most 4
     assert torch.equal(y1, (torch.arange(18) % 6) % 3)  # image j from latent j mod N
-    chunks = sorted((tmp_path / key).iterdir())
-    chunks[2].unlink()
+    assert not torch.equal(x1[:6], x1[6:12])  # each copy its own η
+    parts = sorted((tmp_path / key).iterdir())
+    parts[2].unlink()
     calls.clear()
     x2, y2 = synthesize(up, plan, gen, None, tmp_path, key, run=fake_generator(calls))
     assert calls == [4] and torch.equal(x1, x2) and torch.equal(y1, y2)
+    # a smaller set is the first copies of a larger one, generated once
+    calls.clear()
+    small = synthesize(up, SynthesisPlan(2, 4, True, 1, 0), gen, None, tmp_path, key, run=fake_generator(calls))
+    assert calls == [] and torch.equal(small[0], x1[:12])
     # another setting is another key: nothing is reused across settings
-    assert upload_key(up, "ldm", GenerationConfig(steps=10), plan) != key
+    assert upload_key(up, "ldm", GenerationConfig(steps=10), plan.key_fields()) != key
 
 
 def test_without_z_t_generation_starts_from_fresh_noise() -> None:

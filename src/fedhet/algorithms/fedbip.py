@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +60,11 @@ GEOMETRY = ("channels", "height", "width")  # reply scalars: the shape of the cl
 
 @dataclass(kw_only=True)
 class FedBiPServer(ServerState):
-    """`model`: the classifier trained on D_syn (once the round is over); `synthetic`: |D_syn|."""
+    """`model`: the classifier trained on D_syn (once the round is over); `synthetic`: |D_syn|; `sets`: client
+    id -> the cache key of its generated images (their folder under the cache, e.g. for sample grids)."""
 
     synthetic: int = 0
+    sets: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -206,8 +208,9 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
             return None
         return Path(p.cache_dir) if p.cache_dir else cache_root() / "fedbip"
 
-    def synthetic_set(self, reply: Reply, seed: int) -> tuple[Tensor, Tensor, tuple[int, int, int]]:
-        """One client's part of D_syn: (images uint8 (M, 3, s, s), labels (M,), the classifier input geometry)."""
+    def synthetic_set(self, reply: Reply, seed: int) -> tuple[Tensor, Tensor, tuple[int, int, int], str]:
+        """One client's part of D_syn: (images uint8 (M, 3, s, s), labels (M,), the classifier input geometry,
+        its cache key)."""
         p, arrays = self.params, reply.message.arrays
         try:
             upload = FedBiPUpload(arrays["latents"], arrays["labels"], arrays["domain"], arrays["classes"])
@@ -216,19 +219,20 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
             raise ConfigError(f"client {reply.client_id}'s fedbip upload is malformed: {err}") from err
         plan = SynthesisPlan(p.multiplier, p.chunk, "zT" in p.personalize, seed, reply.client_id)
         gen = p.generation()
-        key = upload_key(upload, self.ldm_identity(), p.template, p.n_domain, p.n_class, p.mode, gen, plan)
+        key = upload_key(upload, self.ldm_identity(), p.template, p.n_domain, p.n_class, p.mode, gen,
+                         plan.key_fields())
         images, labels = synthesize(upload, plan, gen, self.encoder(), self.cache_folder(), key)
         log.info("fedbip: client %d, %d synthetic images from %d uploaded latents", reply.client_id, len(labels),
                  len(upload.labels))
-        return images, labels, (geometry[0], geometry[1], geometry[2])
+        return images, labels, (geometry[0], geometry[1], geometry[2]), key
 
     def aggregate(self, server: FedBiPServer, replies: list[Reply], info: RoundInfo) -> FedBiPServer:
         """D_syn from every upload (Eq. 5 x multiplier), then the classifier on D_syn only (Eq. 6)."""
         if not replies:
             return server
-        xs, ys, shapes = [], [], set()
+        xs, ys, shapes, sets = [], [], set(), {}
         for reply in sorted(replies, key=lambda r: r.client_id):
-            images, labels, (c, h, w) = self.synthetic_set(reply, info.seed)
+            images, labels, (c, h, w), sets[reply.client_id] = self.synthetic_set(reply, info.seed)
             xs.append(self.params.image_format().to_classifier(images.float() / 255, c, h, w))
             ys.append(labels)
             shapes.add((c, h, w))
@@ -240,4 +244,4 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
         loss = train_on_tensors(model, x, y, self.params.classifier_epochs, self.train_cfg, self.train_cfg.lr,
                                 self.device, what="FedBiP classifier training on the synthetic data")
         log.info("fedbip: classifier trained on %d synthetic images, last epoch loss %.4f", len(y), loss)
-        return dataclasses.replace(server, model=state_of(model, self.parts.shared), synthetic=len(y))
+        return dataclasses.replace(server, model=state_of(model, self.parts.shared), synthetic=len(y), sets=sets)

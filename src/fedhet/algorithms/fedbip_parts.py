@@ -4,12 +4,13 @@
   tensors (normalised, at `data.image_size`); the LDM takes RGB in [0, 1] at its own sample size. `to_ldm` undoes
   the normalisation, repeats a grey channel and resizes; `to_classifier` maps generated images back (resize,
   grey = channel mean, normalise) so the classifier sees synthetic images exactly as it will see real ones.
-- The synthetic set (`synthesize`, Alg. 1 ServerUpdate lines 4-7 x multiplier): image j of a client is generated
-  from uploaded latent j mod N with its own η of Ŝ (FedBiP-S / M / L: multiplier 2 / 5 / 10). Generation runs in
-  chunks; chunk k draws its η (and, without z(T), its start noise) from a generator seeded by (seed, client, k), so
-  a chunk is the same whether it is generated in one go or after a restart. Finished chunks are kept in a cache
-  directory (atomic files, keyed by a hash of the upload, the LDM and every generation setting), so a killed run
-  regenerates only the missing chunks.
+- The synthetic set (`synthesize`, Alg. 1 ServerUpdate lines 4-7 x multiplier): `multiplier` copies of the
+  client's uploaded latents, image j from latent j mod N with its own η of Ŝ (FedBiP-S / M / L: multiplier
+  2 / 5 / 10). Generation runs in parts of at most `chunk` latents; part m of copy k draws its η (and, without z(T),
+  its start noise) from a generator seeded by (seed, client, k, m), so a part is the same whether it is generated
+  in one go, after a restart, or for a larger multiplier. Finished parts are kept in a cache directory (atomic
+  files, keyed by a hash of the upload, the LDM and every generation setting but the multiplier), so a killed run
+  regenerates only the missing parts and FedBiP-S reuses the first copies of FedBiP-L.
 """
 
 from __future__ import annotations
@@ -98,8 +99,9 @@ def upload_key(upload: FedBiPUpload, *settings: object) -> str:
 
 @dataclass(frozen=True)
 class SynthesisPlan:
-    """One client's synthetic set: `multiplier` x N images in chunks of `chunk` (the unit of resumption);
-    `use_latents`: start from the uploaded z(T) (else fresh N(0, I), Table 3's rows without z(T))."""
+    """One client's synthetic set: `multiplier` copies of its N uploaded latents, each image with its own η,
+    generated in parts of at most `chunk` images (the unit of resumption); `use_latents`: start from the uploaded
+    z(T) (else fresh N(0, I), Table 3's rows without z(T))."""
 
     multiplier: int
     chunk: int
@@ -107,38 +109,46 @@ class SynthesisPlan:
     seed: int
     client: int
 
+    def key_fields(self) -> tuple[object, ...]:
+        """What makes a part's content (not `multiplier`: copy k is the same in every larger set, so FedBiP-S's
+        images are the first copies of FedBiP-L's and a size sweep generates each copy once)."""
+        return self.chunk, self.use_latents, self.seed, self.client
+
 
 Generate = Callable[[FedBiPUpload, GenerationConfig, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 
 
 def synthesize(upload: FedBiPUpload, plan: SynthesisPlan, generation: GenerationConfig, encoder: object,
                cache: Path | None, key: str, run: Generate | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(images uint8 (M, 3, s, s), labels (M,)) with M = multiplier x N: the chunks from `cache/key` where they
-    exist, the others generated (and saved there atomically)."""
+    """(images uint8 (M, 3, s, s), labels (M,)), M = multiplier x N, copy after copy (image j from latent
+    j mod N): each part from `cache/key` where it exists, else generated with the generator of (seed, client,
+    copy, part) and saved there atomically."""
     n = len(upload.labels)
-    total = plan.multiplier * n
     run = run or (lambda up, cfg, g: generate(encoder, up, cfg, g))  # type: ignore[arg-type]
     images, labels = [], []
-    folder = cache / key if cache is not None else None
-    for k, start in enumerate(range(0, total, plan.chunk)):
-        path = folder / f"chunk{k:05d}.pt" if folder is not None else None
-        if path is not None and path.is_file():
-            saved = torch.load(path, weights_only=True)
+    for copy in range(plan.multiplier):
+        for part, start in enumerate(range(0, n, plan.chunk)):
+            path = cache / key / f"copy{copy:03d}_part{part:04d}.pt" if cache is not None else None
+            if path is not None and path.is_file():
+                saved = torch.load(path, weights_only=True)
+            else:
+                saved = _generate_part(upload, slice(start, min(start + plan.chunk, n)), plan, (copy, part),
+                                       generation, run)
+                if path is not None:
+                    atomic_torch_save(saved, path)
             images.append(saved["images"])
             labels.append(saved["labels"])
-            continue
-        idx = torch.arange(start, min(start + plan.chunk, total)) % n
-        g = torch_generator(plan.seed, "fedbip-generate", plan.client, k)
-        latents = upload.latents[idx]
-        if not plan.use_latents:
-            latents = torch.randn(latents.shape, generator=g)
-        part = FedBiPUpload(latents, upload.labels[idx], upload.domain, upload.classes)
-        x, y = run(part, generation, g)
-        x8 = (x.clamp(0, 1) * 255).round().to(torch.uint8)
-        if path is not None:
-            atomic_torch_save({"images": x8, "labels": y}, path)
-        images.append(x8)
-        labels.append(y)
     if not images:
         return torch.zeros((0, 3, 1, 1), dtype=torch.uint8), torch.zeros(0, dtype=torch.long)
     return torch.cat(images), torch.cat(labels)
+
+
+def _generate_part(upload: FedBiPUpload, rows: slice, plan: SynthesisPlan, where: tuple[int, int],
+                   generation: GenerationConfig, run: Generate) -> dict[str, torch.Tensor]:
+    """One part: uint8 images of the uploaded latents `rows` (or fresh noise) and their labels."""
+    g = torch_generator(plan.seed, "fedbip-generate", plan.client, *where)
+    latents = upload.latents[rows]
+    if not plan.use_latents:
+        latents = torch.randn(latents.shape, generator=g)
+    x, y = run(FedBiPUpload(latents, upload.labels[rows], upload.domain, upload.classes), generation, g)
+    return {"images": (x.clamp(0, 1) * 255).round().to(torch.uint8), "labels": y}

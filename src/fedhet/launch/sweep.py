@@ -47,8 +47,9 @@ def plan_sweep(cfg: ExperimentConfig, methods: list[str] | None = None, seeds: l
     `variants` maps a label to a nested dict merged like an override, which may set `method` (default: the
     config's `method`); each variant runs under its label (run dir, report column), e.g. ablations of one method:
     `variants: {fraug_no_ema: {method: fraug, method_args: {use_ema: false}}}`. A method's `overrides` apply
-    to its variants too, before the variant's own settings. `methods` given here (the CLI's --methods) may
-    name variants.
+    to its variants too, before the variant's own settings; a variant's `method_args: null` drops the inherited
+    method_args (a baseline of another method in a sweep of one method's settings). `methods` given here (the
+    CLI's --methods) may name variants.
     """
     spec = dict(cfg.sweep)
     for key in spec:
@@ -75,7 +76,9 @@ def plan_sweep(cfg: ExperimentConfig, methods: list[str] | None = None, seeds: l
         tree["data"]["dataset"] = dataset
         deep_merge(tree, overrides.get(method, {}))
         if variant is not None:
-            deep_merge(tree, {k: v for k, v in variant.items() if k != "method"})
+            if "method_args" in variant and variant["method_args"] is None:  # a baseline of another method
+                tree["method_args"] = {}
+            deep_merge(tree, {k: v for k, v in variant.items() if k != "method" and v is not None})
         one = from_dict(ExperimentConfig, tree)
         one.validate()
         configs.append(one)

@@ -1,0 +1,137 @@
+"""FedBiP's paper tables (spec fedbip.md §5) from the run directories benchmarks/fedbip_tables.sh writes:
+runs/<name>/<dataset>/<variant>/seed<k>/{summary.json, privacy.json, checkpoints/latest.pt}. Each cell is the mean
+± sample std over the seeds found (n shown when it is not 3); "—" where no run finished, so partial results
+tabulate. Writes main.md (Tables 1 and 2: average accuracy), ablation.md (Table 3), sizes.md (Fig. 5's size
+sweep), privacy.md (Table 4) and one real-vs-generated grid per feature-shift domain (grid_<domain>.png).
+
+    python benchmarks/fedbip_tables.py --out docs/results/fedbip [--runs runs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+MISSING = "—"
+MAIN = {"fedbip_digits": "Feature shift (digits, 16-shot)", "fedbip_fashion_iid": "Label shift IID",
+        "fedbip_fashion_dir05": "Label shift Dir 0.5", "fedbip_fashion_dir001": "Label shift Dir 0.01"}
+METHODS = {"fedavg": "FedAvg", "central": "Central (oracle)", "prompt_only": "LDM, prompt only",
+           "fedbip_s": "FedBiP-S", "fedbip_m": "FedBiP-M", "fedbip_l": "FedBiP-L"}
+ABLATION = {"none": ("", "", ""), "v_only": ("", "", "✓"), "s_only": ("", "✓", ""), "zt_only": ("✓", "", ""),
+            "all_no_perturb": ("✓", "✓ (σ = 0)", "✓"), "all": ("✓", "✓", "✓")}
+SIZES = {"fedbip_x1": "1x", "fedbip_s": "2x (S)", "fedbip_x3": "3x", "fedbip_m": "5x (M)", "fedbip_l": "10x (L)"}
+
+
+def runs_of(root: Path, name: str, variant: str) -> list[Path]:
+    """The finished seed folders of one variant of one run name (any dataset)."""
+    return sorted(p.parent for p in root.glob(f"{name}/*/{variant}/seed*/summary.json"))
+
+
+def cell(values: list[float], scale: float = 100.0, digits: int = 2) -> str:
+    """mean ± std (n=k unless k = 3)."""
+    if not values:
+        return MISSING
+    xs = [v * scale for v in values]
+    text = f"{statistics.mean(xs):.{digits}f}" + (f" ± {statistics.stdev(xs):.{digits}f}" if len(xs) > 1 else "")
+    return text + ("" if len(xs) == 3 else f" (n={len(xs)})")
+
+
+def accuracies(root: Path, name: str, variant: str, client: str = "avg") -> list[float]:
+    return [json.loads((r / "summary.json").read_text())["final"][client]["accuracy"]
+            for r in runs_of(root, name, variant)]
+
+
+def main_table(root: Path) -> str:
+    lines = ["| setting | " + " | ".join(METHODS.values()) + " |", "|---" * (len(METHODS) + 1) + "|"]
+    for name, title in MAIN.items():
+        lines.append(f"| {title} | " + " | ".join(cell(accuracies(root, name, v)) for v in METHODS) + " |")
+    digits = runs_of(root, "fedbip_digits", "fedbip_l")
+    if digits:  # per-domain rows of the feature-shift table (Table 1's layout)
+        clients = [c for c in json.loads((digits[0] / "summary.json").read_text())["final"] if c != "avg"]
+        lines += ["", "Feature shift, per domain (accuracy %):", "",
+                  "| domain | " + " | ".join(METHODS.values()) + " |", "|---" * (len(METHODS) + 1) + "|"]
+        for c in [*clients, "avg"]:
+            lines.append(f"| {c} | " + " | ".join(cell(accuracies(root, 'fedbip_digits', v, c)) for v in METHODS)
+                         + " |")
+    return "\n".join(lines) + "\n"
+
+
+def ablation_table(root: Path) -> str:
+    lines = ["| z(T) | Ŝ | V | accuracy (%) |", "|---|---|---|---|"]
+    lines.append(f"| FedAvg (multi-round) | | | {cell(accuracies(root, 'fedbip_digits', 'fedavg'))} |")
+    for variant, marks in ABLATION.items():
+        lines.append("| " + " | ".join(marks) + f" | {cell(accuracies(root, 'fedbip_ablation', variant))} |")
+    return "\n".join(lines) + "\n"
+
+
+def sizes_table(root: Path) -> str:
+    lines = ["| synthetic set | " + " | ".join(SIZES.values()) + " |", "|---" * (len(SIZES) + 1) + "|"]
+    for name in ("fedbip_digits", "fedbip_fashion_iid"):
+        lines.append(f"| {MAIN[name]} | " + " | ".join(cell(accuracies(root, name, v)) for v in SIZES) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def privacy_table(root: Path) -> str:
+    lines = ["| setting | metric | FedAvg | Central | FedBiP-L |", "|---|---|---|---|---|"]
+    for name, title in MAIN.items():
+        for metric in ("entropy", "loss"):
+            row = []
+            for variant in ("fedavg", "central", "fedbip_l"):
+                files = [r / "privacy.json" for r in runs_of(root, name, variant) if (r / "privacy.json").is_file()]
+                gaps = [json.loads(f.read_text())["train_vs_test"]["table4"][metric] for f in files]
+                row.append(cell(gaps, scale=1.0, digits=4))
+            lines.append(f"| {title} | {metric} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def grids(root: Path, out: Path, per_class: int = 2) -> list[str]:
+    """Real (top rows) vs generated (bottom rows) images of every client of the first FedBiP-L digits run."""
+    import torch
+    from torchvision.utils import save_image
+
+    from fedhet.algorithms.fedbip import load_split
+    from fedhet.config import load_config
+    from fedhet.engine.checkpoint import load_checkpoint
+    from fedhet.engine.experiment import build_experiment
+
+    found = runs_of(root, "fedbip_digits", "fedbip_l")
+    if not found:
+        return []
+    run = found[0]
+    exp = build_experiment(load_config(run / "config.yaml", []))
+    alg: Any = exp.algorithm
+    server = load_checkpoint(run / "checkpoints" / "latest.pt", exp.config.to_dict())["server"]
+    written = []
+    for cid, key in sorted(server.sets.items()):
+        client = exp.data.clients[cid]
+        x, y = load_split(client.train_eval)
+        real = alg.params.image_format().to_ldm(x, alg.image_side())
+        part = torch.load(alg.cache_folder() / key / "copy000_part0000.pt", weights_only=True)
+        rows = []
+        for images, labels in ((real, y), (part["images"].float() / 255, part["labels"])):
+            picks = [int(i) for c in range(exp.data.num_classes) for i in (labels == c).nonzero().flatten()[:per_class]]
+            rows.append(images[picks])
+        path = out / f"grid_{client.name}.png"
+        save_image(torch.cat(rows), path, nrow=exp.data.num_classes * per_class, padding=1)
+        written.append(path.name)
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, default=Path("runs"))
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for file, text in (("main.md", main_table(args.runs)), ("ablation.md", ablation_table(args.runs)),
+                       ("sizes.md", sizes_table(args.runs)), ("privacy.md", privacy_table(args.runs))):
+        (args.out / file).write_text(text)
+        print(f"{args.out / file}\n{text}")
+    print("grids:", ", ".join(grids(args.runs, args.out)) or "none (no FedBiP-L digits run yet)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# FedBiP (Chen et al., CVPR 2025; spec fedbip.md; docs/results/fedbip.md): the structure of the paper's tables on CPU
+# with the small LDM pretrained here. Stages, in this order unless one is named:
+#   pretrain   the LDM (`fedhet ldm pretrain`, cached: a finished folder is returned at once) and its sample grid
+#   feature    Table 1: feature shift, digit domains the LDM never saw, 16-shot; FedBiP x1/S/3x/M/L, prompt only,
+#              FedAvg, Central (configs/fedbip/feature_shift.yaml)
+#   ablation   Table 3: none / V / S / z(T) / all without perturbation / all (configs/fedbip/ablation.yaml)
+#   label      Table 2: Fashion-MNIST, 5 clients, IID / Dirichlet 0.5 / Dirichlet 0.01 (configs/fedbip/label_shift.yaml)
+#   privacy    Table 4: `fedhet privacy` (loss / entropy gaps) on FedBiP-L, FedAvg and Central of every table
+#   reports    `fedhet report` per run name, the MIA and size tables and the real-vs-generated grids
+#              (benchmarks/fedbip_tables.py)
+# Sweeps skip finished runs and resume interrupted ones; generated images are cached (runs/fedbip_cache), so an
+# interrupted generation regenerates only missing parts. SEEDS (default 1,2,3) and ABLATION_SEEDS (default 1).
+# Needs FEDHET_DATA (MNIST, MNIST-M, USPS) and the Debian package dataset-fashion-mnist.
+#   bash benchmarks/fedbip_tables.sh [pretrain|feature|ablation|label|privacy|reports]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FEDHET=${FEDHET:-.venv/bin/fedhet}
+PY=${PY:-.venv/bin/python}
+export FEDHET_DATA=${FEDHET_DATA:-$(cd .. && pwd)/shared/data}
+OUT=docs/results/fedbip
+what=${1:-all}
+SEEDS=${SEEDS:-1,2,3}
+ABLATION_SEEDS=${ABLATION_SEEDS:-1}
+LABEL_SEEDS=${LABEL_SEEDS:-$SEEDS}
+
+if [[ $what == all || $what == pretrain ]]; then
+  $FEDHET ldm pretrain --out runs/ldm32 --minutes 80 num_threads=1 -q
+  [[ -f docs/images/fedbip_ldm.png ]] || $FEDHET ldm samples runs/ldm32 --out docs/images/fedbip_ldm.png --steps 20
+fi
+if [[ $what == all || $what == feature ]]; then
+  $FEDHET sweep configs/fedbip/feature_shift.yaml --seeds "$SEEDS" -q
+fi
+if [[ $what == all || $what == ablation ]]; then
+  $FEDHET sweep configs/fedbip/ablation.yaml --seeds "$ABLATION_SEEDS" -q
+fi
+if [[ $what == all || $what == label ]]; then
+  $FEDHET sweep configs/fedbip/label_shift.yaml --seeds "$LABEL_SEEDS" -q
+  $FEDHET sweep configs/fedbip/label_shift.yaml data.partition=dirichlet data.alpha=0.5 name=fedbip_fashion_dir05 \
+    --seeds "$LABEL_SEEDS" -q
+  $FEDHET sweep configs/fedbip/label_shift.yaml data.partition=dirichlet data.alpha=0.01 name=fedbip_fashion_dir001 \
+    --seeds "$LABEL_SEEDS" -q
+fi
+if [[ $what == all || $what == privacy ]]; then
+  for run in runs/fedbip_digits/digits/{fedbip_l,fedavg,central}/seed* \
+             runs/fedbip_fashion_*/fashion_mnist/{fedbip_l,fedavg,central}/seed*; do
+    if [[ -f $run/summary.json && ! -f $run/privacy.json ]]; then $FEDHET privacy "$run" -q; fi
+  done
+fi
+if [[ $what == all || $what == reports ]]; then
+  mkdir -p $OUT
+  for n in fedbip_digits fedbip_ablation fedbip_fashion_iid fedbip_fashion_dir05 fedbip_fashion_dir001; do
+    if [[ -d runs/$n ]]; then $FEDHET report runs/$n --out $OUT/$n; fi
+  done
+  $PY benchmarks/fedbip_tables.py --out $OUT
+fi
