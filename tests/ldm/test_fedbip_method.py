@@ -163,3 +163,15 @@ def test_image_format_maps_inputs_to_the_ldm_and_back() -> None:
     assert torch.allclose(grey.to_classifier(grey.to_ldm(g1, 8), 1, 8, 8), g1, atol=1e-6)
     assert math.isclose(float(ImageFormat.of("fixed", [0.5], [0.5]).to_ldm(torch.zeros(1, 1, 4, 4), 4)[0, 0, 0, 0]),
                         0.5)
+
+
+def test_a_repeated_client_computation_reads_its_cached_upload(tmp_path: Path) -> None:
+    first = fit(experiment("method_args.cache=true", f"method_args.cache_dir={tmp_path}"))[3]
+    assert len(list((tmp_path / "uploads").iterdir())) == 1
+    again = fit(experiment("method_args.cache=true", f"method_args.cache_dir={tmp_path}",
+                           "method_args.size=S", "method_args.steps=3"))[3]  # server-side settings only
+    assert torch.equal(first.arrays["domain"], again.arrays["domain"]) and again.scalars == first.scalars
+    other = fit(experiment("method_args.cache=true", f"method_args.cache_dir={tmp_path}",
+                           "method_args.concept_lr=0.05"))[3]  # a client-side setting: computed afresh
+    assert not torch.equal(first.arrays["domain"], other.arrays["domain"])
+    assert len(list((tmp_path / "uploads").iterdir())) == 2

@@ -30,10 +30,11 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from fedhet.algorithms.base import Algorithm, ArraySpec
-from fedhet.algorithms.fedbip_params import FedBiPParams
+from fedhet.algorithms.fedbip_params import FedBiPParams, client_settings
 from fedhet.algorithms.fedbip_parts import SynthesisPlan, synthesize, upload_key
 from fedhet.algorithms.registry import register
 from fedhet.algorithms.server_training import train_on_tensors
+from fedhet.atomic import atomic_torch_save
 from fedhet.cache import cache_root
 from fedhet.core.contract import (
     ClientContext,
@@ -77,6 +78,8 @@ class FedBiPWork(Work):
     noised: Tensor
     concepts: nn.ParameterDict
     geometry: tuple[int, int, int]
+    upload_file: Path | None = None
+    cached: dict[str, Any] | None = None
 
 
 def load_split(data: Dataset[Any]) -> tuple[Tensor, Tensor]:
@@ -133,12 +136,21 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
         p, enc = self.params, self.encoder()
         x, y = load_split(ctx.data.train_eval)
         images = p.image_format().to_ldm(x, self.image_side())
-        g = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,))))  # from the engine's seeded RNG
+        seed = int(torch.randint(0, 2**62, (1,)))  # from the engine's seeded RNG
+        g = torch.Generator().manual_seed(seed)
         real, noised = instance_latents(enc.parts, images, y, g, p.singleton, p.posterior)
         concepts = self.initial_concepts(enc, ctx, g)
         geometry = (int(x.shape[1]), int(x.shape[2]), int(x.shape[3]))
-        return FedBiPWork(msg=msg, ctx=ctx, model=self.parts.spare("workspace"), real=real.cpu(), labels=y,
+        work = FedBiPWork(msg=msg, ctx=ctx, model=self.parts.spare("workspace"), real=real.cpu(), labels=y,
                           noised=noised.cpu(), concepts=concepts, geometry=geometry)
+        folder = self.cache_folder()
+        if folder is not None:  # a simulation's repeat of this exact client computation reads its upload
+            key = upload_key(FedBiPUpload(noised.cpu(), y, concepts["domain"].detach(), concepts["classes"].detach()),
+                             seed, self.ldm_identity(), client_settings(p), ctx.data.domain, ctx.class_names)
+            work.upload_file = folder / "uploads" / f"{key}.pt"
+            if work.upload_file.is_file():
+                work.cached = torch.load(work.upload_file, weights_only=True)
+        return work
 
     def initial_concepts(self, enc: PromptEncoder, ctx: ClientContext, g: torch.Generator) -> nn.ParameterDict:
         """S and V: learned ones from `init`, the others from their words (and frozen)."""
@@ -160,7 +172,7 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
         """Concept learning (Eq. 4) over the real latents, when S or V is personalized."""
         p = self.params
         trained = [t for t in work.concepts.values() if t.requires_grad]
-        if not trained or p.concept_epochs == 0:
+        if not trained or p.concept_epochs == 0 or work.cached is not None:
             return []
         train = dataclasses.replace(self.train_cfg, batch_size=p.concept_batch_size, local_epochs=p.concept_epochs,
                                     local_steps=None)
@@ -179,10 +191,14 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
 
     def finish(self, work: FedBiPWork, state: ClientState, stats: FitStats) -> tuple[Message, ClientState]:
         """The one upload: {z(T), y}, S, V (and the classifier input geometry). The client keeps nothing."""
+        if work.cached is not None:
+            return Message(arrays=work.cached["arrays"], scalars=dict(work.cached["scalars"])), state
         upload = FedBiPUpload(work.noised.float(), work.labels.long(), work.concepts["domain"].detach().float(),
                               work.concepts["classes"].detach().float())
         scalars: dict[str, Any] = {"train_loss": stats.loss, "steps": stats.steps}
         scalars.update(zip(GEOMETRY, work.geometry, strict=True))
+        if work.upload_file is not None:
+            atomic_torch_save({"arrays": upload.tensors(), "scalars": scalars}, work.upload_file)
         return Message(arrays=upload.tensors(), scalars=scalars), state
 
     def reply_layout(self, broadcast: Message) -> dict[str, ArraySpec]:

@@ -103,3 +103,12 @@ class FedBiPParams:
     def image_format(self) -> ImageFormat:
         """How the classifier's inputs relate to [0, 1] images."""
         return ImageFormat.of(self.normalize, self.mean, self.std)
+
+
+SERVER_SIDE = ("size", "multiplier", "steps", "guidance_scale", "domain_noise", "noise_per", "spacing",
+               "generation_batch_size", "chunk", "cache", "cache_dir", "classifier_epochs")
+
+
+def client_settings(params: FedBiPParams) -> tuple[tuple[str, object], ...]:
+    """The settings a client's upload depends on (every field but the server's generation and classifier)."""
+    return tuple((k, v) for k, v in sorted(vars(params).items()) if k not in SERVER_SIDE)
