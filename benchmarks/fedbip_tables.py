@@ -2,7 +2,8 @@
 runs/<name>/<dataset>/<variant>/seed<k>/{summary.json, privacy.json, checkpoints/latest.pt}. Each cell is the mean
 ± sample std over the seeds found (n shown when it is not 3); "—" where no run finished, so partial results
 tabulate. Writes main.md (Tables 1 and 2: average accuracy), ablation.md (Table 3), sizes.md (Fig. 5's size
-sweep), privacy.md (Table 4) and one real-vs-generated grid per feature-shift domain (grid_<domain>.png).
+sweep), privacy.md (Table 4), cost.md (pretraining, upload, generation and classifier time) and one
+real-vs-generated grid per feature-shift domain (grid_<domain>.png).
 
     python benchmarks/fedbip_tables.py --out docs/results/fedbip [--runs runs]
 """
@@ -87,23 +88,46 @@ def privacy_table(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def server_state(run: Path) -> tuple[Any, Any]:
+    """(experiment, server state at the run's last checkpoint)."""
+    from fedhet.config import load_config
+    from fedhet.engine.checkpoint import load_checkpoint
+    from fedhet.engine.experiment import build_experiment
+
+    exp = build_experiment(load_config(run / "config.yaml", []))
+    return exp, load_checkpoint(run / "checkpoints" / "latest.pt", exp.config.to_dict())["server"]
+
+
+def cost_table(root: Path, ldm: Path) -> str:
+    """Pretraining time; per FedBiP-L run, the client upload time, generation time per image, classifier time."""
+    lines = []
+    info = ldm / "fedhet_ldm.json"
+    if info.is_file():
+        meta = json.loads(info.read_text())
+        lines += [f"LDM pretraining: {json.dumps(meta.get('seconds'))} seconds, steps {json.dumps(meta.get('steps'))}, "
+                  f"parameters {json.dumps(meta.get('parameters'))}.", ""]
+    lines += ["| setting | seed | client upload (s, mean) | images generated | s per image | classifier (s) |",
+              "|---|---|---|---|---|---|"]
+    for name, title in MAIN.items():
+        for run in runs_of(root, name, "fedbip_l"):
+            cost = server_state(run)[1].cost
+            lines.append(f"| {title} | {run.name} | {cost['client_seconds']:.0f} | {cost['generated_images']:.0f} "
+                         f"| {cost['seconds_per_image']:.3f} | {cost['classifier_seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def grids(root: Path, out: Path, per_class: int = 2) -> list[str]:
     """Real (top rows) vs generated (bottom rows) images of every client of the first FedBiP-L digits run."""
     import torch
     from torchvision.utils import save_image
 
     from fedhet.algorithms.fedbip import load_split
-    from fedhet.config import load_config
-    from fedhet.engine.checkpoint import load_checkpoint
-    from fedhet.engine.experiment import build_experiment
 
     found = runs_of(root, "fedbip_digits", "fedbip_l")
     if not found:
         return []
-    run = found[0]
-    exp = build_experiment(load_config(run / "config.yaml", []))
+    exp, server = server_state(found[0])
     alg: Any = exp.algorithm
-    server = load_checkpoint(run / "checkpoints" / "latest.pt", exp.config.to_dict())["server"]
     written = []
     for cid, key in sorted(server.sets.items()):
         client = exp.data.clients[cid]
@@ -127,7 +151,8 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for file, text in (("main.md", main_table(args.runs)), ("ablation.md", ablation_table(args.runs)),
-                       ("sizes.md", sizes_table(args.runs)), ("privacy.md", privacy_table(args.runs))):
+                       ("sizes.md", sizes_table(args.runs)), ("privacy.md", privacy_table(args.runs)),
+                       ("cost.md", cost_table(args.runs, args.runs / "ldm32"))):
         (args.out / file).write_text(text)
         print(f"{args.out / file}\n{text}")
     print("grids:", ", ".join(grids(args.runs, args.out)) or "none (no FedBiP-L digits run yet)")

@@ -51,7 +51,7 @@ def test_one_upload_with_exactly_the_four_arrays_and_a_frozen_ldm() -> None:
     before = ldm_state(alg)
     _, msg, state, reply, new_state = fit(exp)
     assert set(reply.arrays) == {"latents", "labels", "domain", "classes"}
-    assert set(reply.scalars) == {"train_loss", "steps", "channels", "height", "width"}
+    assert set(reply.scalars) == {"train_loss", "steps", "seconds", "channels", "height", "width"}
     assert msg.arrays == {}  # the server sends no model
     n = exp.data.clients[0].num_train
     assert reply.arrays["latents"].shape[0] == n and torch.equal(reply.arrays["labels"].sort().values,
@@ -121,18 +121,18 @@ def test_generation_resumes_from_its_cache_and_regenerates_only_missing_chunks(t
     up, gen, calls = upload(), GenerationConfig(), []
     plan = SynthesisPlan(multiplier=3, chunk=4, use_latents=True, seed=1, client=0)
     key = upload_key(up, "ldm", gen, plan.key_fields())
-    x1, y1 = synthesize(up, plan, gen, None, tmp_path, key, run=fake_generator(calls))
+    x1, y1 = synthesize(up, plan, gen, fake_generator(calls), tmp_path, key)
     assert len(y1) == 18 and calls == [4, 2, 4, 2, 4, 2]  # 3 copies of 6 latents, parts of at most 4
     assert torch.equal(y1, (torch.arange(18) % 6) % 3)  # image j from latent j mod N
     assert not torch.equal(x1[:6], x1[6:12])  # each copy its own η
     parts = sorted((tmp_path / key).iterdir())
     parts[2].unlink()
     calls.clear()
-    x2, y2 = synthesize(up, plan, gen, None, tmp_path, key, run=fake_generator(calls))
+    x2, y2 = synthesize(up, plan, gen, fake_generator(calls), tmp_path, key)
     assert calls == [4] and torch.equal(x1, x2) and torch.equal(y1, y2)
     # a smaller set is the first copies of a larger one, generated once
     calls.clear()
-    small = synthesize(up, SynthesisPlan(2, 4, True, 1, 0), gen, None, tmp_path, key, run=fake_generator(calls))
+    small = synthesize(up, SynthesisPlan(2, 4, True, 1, 0), gen, fake_generator(calls), tmp_path, key)
     assert calls == [] and torch.equal(small[0], x1[:12])
     # another setting is another key: nothing is reused across settings
     assert upload_key(up, "ldm", GenerationConfig(steps=10), plan.key_fields()) != key
@@ -144,8 +144,8 @@ def test_without_z_t_generation_starts_from_fresh_noise() -> None:
     def run(part: FedBiPUpload, cfg: GenerationConfig, g: torch.Generator):
         seen.append(part.latents)
         return torch.zeros(len(part.labels), 3, 8, 8), part.labels
-    synthesize(up, SynthesisPlan(1, 6, True, 0, 0), GenerationConfig(), None, None, "k", run=run)
-    synthesize(up, SynthesisPlan(1, 6, False, 0, 0), GenerationConfig(), None, None, "k", run=run)
+    synthesize(up, SynthesisPlan(1, 6, True, 0, 0), GenerationConfig(), run, None, "k")
+    synthesize(up, SynthesisPlan(1, 6, False, 0, 0), GenerationConfig(), run, None, "k")
     assert torch.equal(seen[0], up.latents) and not torch.allclose(seen[1], up.latents)
     assert abs(float(seen[1].std()) - 1) < 0.2
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from fedhet.algorithms.base import Algorithm, ArraySpec
 from fedhet.algorithms.fedbip_params import FedBiPParams, client_settings
-from fedhet.algorithms.fedbip_parts import SynthesisPlan, synthesize, upload_key
+from fedhet.algorithms.fedbip_parts import SynthesisPlan, TimedGeneration, synthesize, upload_key
 from fedhet.algorithms.registry import register
 from fedhet.algorithms.server_training import train_on_tensors
 from fedhet.atomic import atomic_torch_save
@@ -62,10 +63,13 @@ GEOMETRY = ("channels", "height", "width")  # reply scalars: the shape of the cl
 @dataclass(kw_only=True)
 class FedBiPServer(ServerState):
     """`model`: the classifier trained on D_syn (once the round is over); `synthetic`: |D_syn|; `sets`: client
-    id -> the cache key of its generated images (their folder under the cache, e.g. for sample grids)."""
+    id -> the cache key of its generated images (their folder under the cache, e.g. for sample grids); `cost`:
+    seconds per client upload (mean), per generated image and for the classifier, and the images generated
+    (not read from the cache)."""
 
     synthetic: int = 0
     sets: dict[int, str] = field(default_factory=dict)
+    cost: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -80,6 +84,7 @@ class FedBiPWork(Work):
     geometry: tuple[int, int, int]
     upload_file: Path | None = None
     cached: dict[str, Any] | None = None
+    began: float = 0.0
 
 
 def load_split(data: Dataset[Any]) -> tuple[Tensor, Tensor]:
@@ -136,13 +141,14 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
         p, enc = self.params, self.encoder()
         x, y = load_split(ctx.data.train_eval)
         images = p.image_format().to_ldm(x, self.image_side())
+        began = time.perf_counter()
         seed = int(torch.randint(0, 2**62, (1,)))  # from the engine's seeded RNG
         g = torch.Generator().manual_seed(seed)
         real, noised = instance_latents(enc.parts, images, y, g, p.singleton, p.posterior)
         concepts = self.initial_concepts(enc, ctx, g)
         geometry = (int(x.shape[1]), int(x.shape[2]), int(x.shape[3]))
         work = FedBiPWork(msg=msg, ctx=ctx, model=self.parts.spare("workspace"), real=real.cpu(), labels=y,
-                          noised=noised.cpu(), concepts=concepts, geometry=geometry)
+                          noised=noised.cpu(), concepts=concepts, geometry=geometry, began=began)
         folder = self.cache_folder()
         if folder is not None:  # a simulation's repeat of this exact client computation reads its upload
             key = upload_key(FedBiPUpload(noised.cpu(), y, concepts["domain"].detach(), concepts["classes"].detach()),
@@ -195,7 +201,8 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
             return Message(arrays=work.cached["arrays"], scalars=dict(work.cached["scalars"])), state
         upload = FedBiPUpload(work.noised.float(), work.labels.long(), work.concepts["domain"].detach().float(),
                               work.concepts["classes"].detach().float())
-        scalars: dict[str, Any] = {"train_loss": stats.loss, "steps": stats.steps}
+        scalars: dict[str, Any] = {"train_loss": stats.loss, "steps": stats.steps,
+                                   "seconds": time.perf_counter() - work.began}
         scalars.update(zip(GEOMETRY, work.geometry, strict=True))
         if work.upload_file is not None:
             atomic_torch_save({"arrays": upload.tensors(), "scalars": scalars}, work.upload_file)
@@ -224,7 +231,8 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
             return None
         return Path(p.cache_dir) if p.cache_dir else cache_root() / "fedbip"
 
-    def synthetic_set(self, reply: Reply, seed: int) -> tuple[Tensor, Tensor, tuple[int, int, int], str]:
+    def synthetic_set(self, reply: Reply, seed: int, run: TimedGeneration
+                      ) -> tuple[Tensor, Tensor, tuple[int, int, int], str]:
         """One client's part of D_syn: (images uint8 (M, 3, s, s), labels (M,), the classifier input geometry,
         its cache key)."""
         p, arrays = self.params, reply.message.arrays
@@ -237,7 +245,7 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
         gen = p.generation()
         key = upload_key(upload, self.ldm_identity(), p.template, p.n_domain, p.n_class, p.mode, gen,
                          plan.key_fields())
-        images, labels = synthesize(upload, plan, gen, self.encoder(), self.cache_folder(), key)
+        images, labels = synthesize(upload, plan, gen, run, self.cache_folder(), key)
         log.info("fedbip: client %d, %d synthetic images from %d uploaded latents", reply.client_id, len(labels),
                  len(upload.labels))
         return images, labels, (geometry[0], geometry[1], geometry[2]), key
@@ -246,9 +254,9 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
         """D_syn from every upload (Eq. 5 x multiplier), then the classifier on D_syn only (Eq. 6)."""
         if not replies:
             return server
-        xs, ys, shapes, sets = [], [], set(), {}
+        xs, ys, shapes, sets, timed = [], [], set(), {}, TimedGeneration(self.encoder())
         for reply in sorted(replies, key=lambda r: r.client_id):
-            images, labels, (c, h, w), sets[reply.client_id] = self.synthetic_set(reply, info.seed)
+            images, labels, (c, h, w), sets[reply.client_id] = self.synthetic_set(reply, info.seed, timed)
             xs.append(self.params.image_format().to_classifier(images.float() / 255, c, h, w))
             ys.append(labels)
             shapes.add((c, h, w))
@@ -257,7 +265,12 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
                               "needs one input size; set data.image_size")
         model = self.parts.assemble(self.parts.new(), server.model, {})
         x, y = torch.cat(xs), torch.cat(ys)
+        start = time.perf_counter()
         loss = train_on_tensors(model, x, y, self.params.classifier_epochs, self.train_cfg, self.train_cfg.lr,
                                 self.device, what="FedBiP classifier training on the synthetic data")
         log.info("fedbip: classifier trained on %d synthetic images, last epoch loss %.4f", len(y), loss)
-        return dataclasses.replace(server, model=state_of(model, self.parts.shared), synthetic=len(y), sets=sets)
+        cost = {"client_seconds": sum(float(r.message.scalars.get("seconds", 0.0)) for r in replies) / len(replies),
+                "generated_images": float(timed.images), "seconds_per_image": timed.seconds / max(timed.images, 1),
+                "classifier_seconds": time.perf_counter() - start}
+        return dataclasses.replace(server, model=state_of(model, self.parts.shared), synthetic=len(y), sets=sets,
+                                   cost=cost)

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -118,13 +120,29 @@ class SynthesisPlan:
 Generate = Callable[[FedBiPUpload, GenerationConfig, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 
 
-def synthesize(upload: FedBiPUpload, plan: SynthesisPlan, generation: GenerationConfig, encoder: object,
-               cache: Path | None, key: str, run: Generate | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+@dataclass
+class TimedGeneration:
+    """`generate` with the encoder bound, counting the images it makes and the seconds it takes."""
+
+    encoder: Any
+    seconds: float = 0.0
+    images: int = 0
+
+    def __call__(self, upload: FedBiPUpload, config: GenerationConfig,
+                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        start = time.perf_counter()
+        out = generate(self.encoder, upload, config, generator)
+        self.seconds += time.perf_counter() - start
+        self.images += len(upload.labels)
+        return out
+
+
+def synthesize(upload: FedBiPUpload, plan: SynthesisPlan, generation: GenerationConfig, run: Generate,
+               cache: Path | None, key: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(images uint8 (M, 3, s, s), labels (M,)), M = multiplier x N, copy after copy (image j from latent
-    j mod N): each part from `cache/key` where it exists, else generated with the generator of (seed, client,
-    copy, part) and saved there atomically."""
+    j mod N): each part from `cache/key` where it exists, else made by `run` (e.g. a TimedGeneration) with the
+    generator of (seed, client, copy, part) and saved there atomically."""
     n = len(upload.labels)
-    run = run or (lambda up, cfg, g: generate(encoder, up, cfg, g))  # type: ignore[arg-type]
     images, labels = [], []
     for copy in range(plan.multiplier):
         for part, start in enumerate(range(0, n, plan.chunk)):
