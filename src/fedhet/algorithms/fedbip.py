@@ -138,10 +138,10 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
     # ------------------------------------------------------------------ client side
     def start(self, msg: Message, state: ClientState, ctx: ClientContext) -> FedBiPWork:
         """Encode the client's images; z(T) (Eq. 3 + δ(T, ·)); S and V to start the concept pass from."""
+        began = time.perf_counter()
         p, enc = self.params, self.encoder()
         x, y = load_split(ctx.data.train_eval)
         images = p.image_format().to_ldm(x, self.image_side())
-        began = time.perf_counter()
         seed = int(torch.randint(0, 2**62, (1,)))  # from the engine's seeded RNG
         g = torch.Generator().manual_seed(seed)
         real, noised = instance_latents(enc.parts, images, y, g, p.singleton, p.posterior)
