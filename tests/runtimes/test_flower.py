@@ -221,9 +221,12 @@ def test_simulation_matches_inprocess(tmp_path) -> None:
                                                                       "avg"}
 
 
+@pytest.mark.slow
 def test_simulation_keeps_ditto_personal_models(tmp_path) -> None:
     """Ditto's personal models live in the virtual nodes' context.state across rounds: the deployed (personal)
-    models' metrics equal the in-process ones in every round, also for clients sampled in only some rounds."""
+    models' metrics equal the in-process ones in every round, also for clients sampled in only some rounds.
+    Slow (a Ray simulation): the default suite checks the same rows, with a stop and a resume in between, in
+    test_flower_faults.py::test_simulation_stop_and_resume_matches_inprocess."""
     from fedhet.runtimes.flower.simulation import run_flower_simulation
 
     c = cfg("method=ditto", "server.fraction_fit=0.5")
