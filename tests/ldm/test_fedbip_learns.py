@@ -31,7 +31,8 @@ RUN = ["data.dataset=offline_digits", "data.domains=[inverted, colored]", "data.
        "data.max_test_per_client=200", "data.val_fraction=0.0", "data.augment=false", "data.image_size=16",
        "model.name=small_cnn", "model.args={width: 16}", "train.lr=0.01", "train.momentum=0.9",
        "train.batch_size=32", "run.device=cpu", "run.num_threads=1", "run.quiet=true", "method=fedbip", "rounds=1",
-       "method_args.multiplier=5", "method_args.steps=10", "method_args.classifier_epochs=30",
+       "method_args.multiplier=5", "method_args.steps=10", "method_args.spacing=trailing",
+       "method_args.classifier_epochs=30",
        "method_args.concept_epochs=10", "method_args.cache=false",
        "method_args.domain_words={inverted: inverted, colored: colored}"]
 
