@@ -84,6 +84,9 @@ def test_synthetic_set_sizes_and_the_classifier_trains_on_it_only() -> None:
     new = alg.aggregate(server, [Reply(0, reply, 1)], exp.round_info(1))
     assert new.synthetic == 5 * reply.arrays["labels"].numel()
     assert any(not torch.equal(new.model[k], server.model[k]) for k in server.model)
+    # every client deploys the trained classifier (what evaluation and `fedhet privacy` attack)
+    deployed = alg.deploy(alg.broadcast(new, exp.round_info(1), 1), alg.init_client(1), exp.context(1, 1)).model
+    assert all(torch.equal(v, new.model[k]) for k, v in deployed.state_dict().items())
 
 
 def test_rounds_must_be_one_and_bad_method_args_are_one_clear_error(tmp_path: Path) -> None:

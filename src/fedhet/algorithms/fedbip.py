@@ -219,10 +219,13 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
 
     # ------------------------------------------------------------------ server side
     def broadcast(self, server: FedBiPServer, info: RoundInfo, client_id: int) -> Message:
-        """Nothing but the request: the LDM is public and the client needs no model."""
+        """Before the server step, nothing but the request (the LDM is public and the client trains no model);
+        after it, the classifier, which every client deploys (evaluation, `fedhet privacy`)."""
         if info.round != 1:
             raise ConfigError(f"fedbip is one-shot: it runs round 1 only, not round {info.round} (set rounds=1)")
-        return Message(scalars={"one_shot": True})
+        if not server.synthetic:
+            return Message(scalars={"one_shot": True})
+        return Message(arrays=server.model)
 
     def cache_folder(self) -> Path | None:
         """Where generated chunks are kept (None: not kept)."""
