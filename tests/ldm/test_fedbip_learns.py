@@ -6,10 +6,11 @@ same pipeline without personalization (prompt only: fresh noise, the words' vect
 images, and a broken upload (each latent labelled as the next class, so z(T) of one class is generated and
 labelled as another) must not beat it.
 
-This is issue 19's learning test. It fails here (run 2026-11-24, guidance 7.5 and token mode: 11 % vs 8 %,
-chance for both). The reproduction with the 80-minute LDM shows the same thing on MNIST-M and SynthDigits, so it
-is marked xfail, not removed: with a generator that covers the clients' styles it should pass, and it says so
-when it does.
+This is issue 19's learning test. Its only complete run (2026-11-24) came before a fix to FedBiP's deployment:
+it scored the untrained model, so it showed nothing. It has not been run again since. It is marked xfail on the
+reproduction's evidence: with the 80-minute LDM, FedBiP is no better than the prompt alone on the styles the LDM
+never saw (MNIST-M, SynthDigits; docs/results/fedbip.md). It is not removed: with a generator that covers the
+clients' styles it should pass, and it reports XPASS when it does.
 """
 
 from __future__ import annotations
