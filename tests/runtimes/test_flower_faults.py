@@ -231,6 +231,15 @@ def test_validation_names_the_problem(task_identity) -> None:
         evaluate_reply(RecordDict())
 
 
+def test_a_minus_one_dimension_matches_any_size_and_nothing_else() -> None:
+    spec = {"z": ((-1, 4), torch.float32)}
+    check_arrays({"z": torch.zeros(7, 4)}, spec)
+    check_arrays({"z": torch.zeros(0, 4)}, spec)
+    for bad in (torch.zeros(7, 5), torch.zeros(7), torch.zeros(7, 4, 1)):
+        with pytest.raises(ReplyRejected, match="has shape"):
+            check_arrays({"z": bad}, spec)
+
+
 def test_error_reasons_are_shortened_to_the_root_exception() -> None:
     ray_like = ("<class 'ray.exceptions.RayTaskError(ClientAppException)'>:<'\x1b[36mray::ClientAppActor.run()\x1b[39m"
                 "\n  File \"x.py\", line 1, in f\n    raise ValueError(\nValueError: Expected more than 1 value per "
