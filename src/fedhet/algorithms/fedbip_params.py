@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from fedhet.algorithms.fedbip_parts import ImageFormat
 from fedhet.errors import ConfigError, FedhetError
+from fedhet.models.ldm.checkpoint import resolve_checkpoint
 from fedhet.models.ldm.client import SINGLETONS
 from fedhet.models.ldm.components import SPACINGS
 from fedhet.models.ldm.concepts import INITS
@@ -90,6 +91,10 @@ class FedBiPParams:
             raise ConfigError(f"fedbip method_args.template: {err}") from err
         self.generation()
         self.image_format()
+        try:  # before any data is loaded: a missing checkpoint is the most likely mistake
+            resolve_checkpoint(self.ldm)
+        except FedhetError as err:
+            raise ConfigError(f"fedbip method_args.ldm: {err}") from err
 
     def generation(self) -> GenerationConfig:
         """The server's generation settings (fedhet.models.ldm.generate)."""
