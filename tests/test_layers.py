@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "fedhet"
-FOUNDATIONS = {"errors", "registry", "outpaths", "atomic", "plugins", "yaml_input", "config", "data", "models",
+FOUNDATIONS = {"errors", "registry", "outpaths", "atomic", "cache", "plugins", "yaml_input", "config", "data", "models",
                "losses", "report"}
 LAYERS = {**{name: 0 for name in FOUNDATIONS}, "core": 1, "algorithms": 2, "engine": 3, "runtimes": 4,
           "launch": 5, "tune": 5, "privacy": 5, "cli": 6, "cli_args": 6, "cli_commands": 6, "cli_parser": 6,
