@@ -228,7 +228,7 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
         return Message(arrays=server.model)
 
     def cache_folder(self) -> Path | None:
-        """Where generated chunks are kept (None: not kept)."""
+        """Where generated parts and client uploads are kept (None: not kept)."""
         p = self.params
         if not p.cache:
             return None
