@@ -5,6 +5,8 @@
 # sweep, 100 clients), AdaptFED's variants (factor-only LoRA, task-aware, +FedPER, the hypernetwork's step size),
 # Table 6 (Shakespeare), Fed-SFDA on PACS from the ImageNet EfficientNet-Lite0, and the paper-layout tables. Sweeps skip finished runs and resume interrupted ones, so the
 # script can be stopped and restarted; stages run in this order unless one is named. SEEDS=1 runs seed 1 only.
+# Finished runs and the pretrained backbones are kept in git (benchmarks/run_archive.py, docs/results/runs/): the
+# script restores them first and saves each stage's runs when it ends, so a reproduction can span sessions.
 # Needs FEDHET_DATA (MNIST for the pretraining) and the Debian package dataset-fashion-mnist.
 #   bash benchmarks/adaptfed_tables.sh [pretrain|tables|tables100|personalize|novel|alpha|variants|shakespeare|sfda|reports]
 set -euo pipefail
@@ -16,23 +18,30 @@ what=${1:-all}
 SEEDS=${SEEDS:-1,2,3}
 DIR03="data.partition=dirichlet data.alpha=0.3"
 C100="data.num_clients=100 data.max_train_per_client=100"
+$PY benchmarks/run_archive.py restore
+save() { for p in "$@"; do if [[ -e $p ]]; then $PY benchmarks/run_archive.py save "$p"; fi; done; }
 
 if [[ $what == all || $what == pretrain ]]; then
   for m in focalnet vit small_cnn; do
-    $FEDHET pretrain configs/adaptfed/pretrain.yaml model.name=$m --out runs/adaptfed/${m}_mnist.pt --epochs 40 --minutes 7
+    [[ -f runs/adaptfed/${m}_mnist.pt ]] || $FEDHET pretrain configs/adaptfed/pretrain.yaml model.name=$m \
+      --out runs/adaptfed/${m}_mnist.pt --epochs 40 --minutes 7
+    save runs/adaptfed/${m}_mnist.pt
   done
 fi
 if [[ $what == all || $what == tables ]]; then
   $FEDHET sweep configs/adaptfed/tables.yaml --seeds "$SEEDS" -q
   $FEDHET sweep configs/adaptfed/tables.yaml $DIR03 name=adaptfed_dir03 --seeds "$SEEDS" -q
+  save runs/adaptfed_path50 runs/adaptfed_dir03
 fi
 if [[ $what == all || $what == tables100 ]]; then
   $FEDHET sweep configs/adaptfed/tables.yaml $C100 name=adaptfed_path100 --seeds "$SEEDS" -q
   $FEDHET sweep configs/adaptfed/tables.yaml $C100 $DIR03 name=adaptfed_dir03_100 --seeds "$SEEDS" -q
+  save runs/adaptfed_path100 runs/adaptfed_dir03_100
 fi
 if [[ $what == all || $what == personalize ]]; then
   $FEDHET sweep configs/adaptfed/personalize.yaml --seeds "$SEEDS" -q
   $FEDHET sweep configs/adaptfed/personalize.yaml $DIR03 name=adaptfed_dir03 --seeds "$SEEDS" -q
+  save runs/adaptfed_path50 runs/adaptfed_dir03
 fi
 if [[ $what == all || $what == novel ]]; then
   $FEDHET sweep configs/adaptfed/novel.yaml --seeds "$SEEDS" -q
@@ -40,17 +49,21 @@ if [[ $what == all || $what == novel ]]; then
     $PY -c "import json,sys; sys.exit('hypernetwork' in json.load(open('$run/novel.json')))" \
       && $FEDHET adapt "$run" novel.part=hypernetwork -q
   done
+  save runs/adaptfed_novel
 fi
 if [[ $what == all || $what == alpha ]]; then
   for a in 0.1 0.3 0.5 0.7 0.9; do
     $FEDHET sweep configs/adaptfed/alpha.yaml data.alpha=$a name=adaptfed_alpha$a --seeds "$SEEDS" -q
+    save runs/adaptfed_alpha$a
   done
 fi
 if [[ $what == all || $what == variants ]]; then
   $FEDHET sweep configs/adaptfed/variants.yaml --seeds "$SEEDS" -q
+  save runs/adaptfed_path50
 fi
 if [[ $what == all || $what == shakespeare ]]; then
   $FEDHET sweep configs/adaptfed/shakespeare.yaml --seeds "$SEEDS" -q
+  save runs/adaptfed_shakespeare
 fi
 if [[ $what == all || $what == sfda ]]; then  # 5 pre-training epochs at 64 px: about 20 min on one core
   sfda=runs/sfda_pacs_effnet/pacs/fed_sfda/seed0
@@ -58,18 +71,24 @@ if [[ $what == all || $what == sfda ]]; then  # 5 pre-training epochs at 64 px: 
   [[ -f $sfda/summary.json ]] || $FEDHET run configs/adaptfed/sfda_pacs.yaml $resume \
     model.name=efficientnet_lite0 model.pretrained=true data.image_size=64 method_args.source.image_size=64 \
     method_args.pretrain_epochs=5 name=sfda_pacs_effnet -q
+  save runs/sfda_pacs_effnet
 fi
 if [[ $what == all || $what == reports ]]; then
   mkdir -p $OUT
-  tables=$(for n in adaptfed_path50 adaptfed_dir03 adaptfed_path100 adaptfed_dir03_100; do if [[ -d runs/$n ]]; then echo runs/$n; fi; done)
-  if [[ -n $tables ]]; then $PY benchmarks/adaptfed_tables.py $tables --out $OUT/tables.md; fi
+  # 50 clients: tables.md when the main sweep's runs are here; the runs of 2026-11-20..24 were made before the
+  # archive existed, so a later session's 50-client rows (Table 9 on Dirichlet, the variants' seeds) go to extra50.md
+  tables=$(for n in adaptfed_path50 adaptfed_dir03; do if [[ -d runs/$n ]]; then echo runs/$n; fi; done)
+  table50=$([[ -d runs/adaptfed_path50/fashion_mnist/local_t ]] && echo tables.md || echo extra50.md)
+  if [[ -n $tables ]]; then $PY benchmarks/adaptfed_tables.py $tables --out $OUT/$table50; fi
+  tables=$(for n in adaptfed_path100 adaptfed_dir03_100; do if [[ -d runs/$n ]]; then echo runs/$n; fi; done)
+  if [[ -n $tables ]]; then $PY benchmarks/adaptfed_tables.py $tables --out $OUT/tables100.md; fi
   if [[ -d runs/adaptfed_novel ]]; then $PY benchmarks/adaptfed_tables.py runs/adaptfed_novel --novel --out $OUT/novel.md; fi
   alphas=$(for a in 0.1 0.3 0.5 0.7 0.9; do if [[ -d runs/adaptfed_alpha$a ]]; then echo runs/adaptfed_alpha$a; fi; done)
   if [[ -n $alphas ]]; then $PY benchmarks/adaptfed_tables.py $alphas --out $OUT/alpha.md; fi
   if [[ -d runs/adaptfed_shakespeare ]]; then
     $PY benchmarks/adaptfed_tables.py runs/adaptfed_shakespeare --out $OUT/shakespeare.md
   fi
-  for n in adaptfed_path50 adaptfed_dir03 adaptfed_novel adaptfed_shakespeare sfda_pacs_effnet; do
+  for n in adaptfed_path100 adaptfed_dir03_100 adaptfed_novel adaptfed_shakespeare sfda_pacs_effnet; do
     if [[ -d runs/$n ]]; then $FEDHET report runs/$n --out $OUT/$n; fi
   done
 fi
