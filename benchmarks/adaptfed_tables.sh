@@ -52,7 +52,7 @@ if [[ $what == all || $what == novel ]]; then
   save runs/adaptfed_novel
 fi
 if [[ $what == all || $what == alpha ]]; then
-  for a in 0.1 0.3 0.5 0.7 0.9; do
+  for a in 0.1 0.5 0.9 0.7; do  # the paper's columns first; alpha 0.3 is the tables100 stage's adaptfed_dir03_100
     $FEDHET sweep configs/adaptfed/alpha.yaml data.alpha=$a name=adaptfed_alpha$a --seeds "$SEEDS" -q
     save runs/adaptfed_alpha$a
   done
@@ -83,7 +83,8 @@ if [[ $what == all || $what == reports ]]; then
   tables=$(for n in adaptfed_path100 adaptfed_dir03_100; do if [[ -d runs/$n ]]; then echo runs/$n; fi; done)
   if [[ -n $tables ]]; then $PY benchmarks/adaptfed_tables.py $tables --out $OUT/tables100.md; fi
   if [[ -d runs/adaptfed_novel ]]; then $PY benchmarks/adaptfed_tables.py runs/adaptfed_novel --novel --out $OUT/novel.md; fi
-  alphas=$(for a in 0.1 0.3 0.5 0.7 0.9; do if [[ -d runs/adaptfed_alpha$a ]]; then echo runs/adaptfed_alpha$a; fi; done)
+  alphas=$(for a in 0.1 0.3 0.5 0.7 0.9; do for n in adaptfed_alpha$a $([[ $a == 0.3 ]] && echo adaptfed_dir03_100); do
+    if [[ -d runs/$n ]]; then echo runs/$n; fi; done; done)
   if [[ -n $alphas ]]; then $PY benchmarks/adaptfed_tables.py $alphas --out $OUT/alpha.md; fi
   if [[ -d runs/adaptfed_shakespeare ]]; then
     $PY benchmarks/adaptfed_tables.py runs/adaptfed_shakespeare --out $OUT/shakespeare.md

@@ -35,18 +35,19 @@ def _run_dirs(path: Path) -> list[Path]:
 def _save_file(src: Path, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     if src.suffix == ".jsonl":
-        with src.open("rb") as fin, gzip.open(dst.with_name(dst.name + ".gz"), "wb", mtime=0) as fout:
+        with src.open("rb") as fin, gzip.GzipFile(dst.with_name(dst.name + ".gz"), "wb", mtime=0) as fout:
             shutil.copyfileobj(fin, fout)
     else:
         shutil.copyfile(src, dst)
 
 
-def save(paths: list[Path]) -> int:
+def save(paths: list[Path], runs: Path = RUNS, archive: Path = ARCHIVE) -> int:
+    """Copy the finished runs (and the files) among `paths`, all below `runs`, into `archive`; the count copied."""
     count = 0
     for path in paths:
-        rel = path.resolve().relative_to(RUNS.resolve())
+        rel = path.resolve().relative_to(runs.resolve())
         if path.is_file():
-            _save_file(path, ARCHIVE / rel)
+            _save_file(path, archive / rel)
             count += 1
             continue
         for run in _run_dirs(path):
@@ -57,18 +58,19 @@ def save(paths: list[Path]) -> int:
                 if src.stat().st_size > MAX_BYTES:
                     print(f"left out {src} ({src.stat().st_size / 2**20:.1f} MiB)")
                     continue
-                _save_file(src, ARCHIVE / run.resolve().relative_to(RUNS.resolve()) / inner)
+                _save_file(src, archive / run.resolve().relative_to(runs.resolve()) / inner)
             count += 1
     return count
 
 
-def restore() -> int:
+def restore(runs: Path = RUNS, archive: Path = ARCHIVE) -> int:
+    """Copy `archive` back into `runs`, leaving files that exist there alone; the count of files copied."""
     count = 0
-    for src in sorted(ARCHIVE.rglob("*")):
+    for src in sorted(archive.rglob("*")):
         if src.is_dir():
             continue
-        rel = src.relative_to(ARCHIVE)
-        dst = RUNS / (rel.with_suffix("") if src.suffix == ".gz" else rel)
+        rel = src.relative_to(archive)
+        dst = runs / (rel.with_suffix("") if src.suffix == ".gz" else rel)
         if dst.exists():
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
