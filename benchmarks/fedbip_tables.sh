@@ -11,6 +11,9 @@
 #              (benchmarks/fedbip_tables.py)
 # Sweeps skip finished runs and resume interrupted ones; generated images are cached (runs/fedbip_cache), so an
 # interrupted generation regenerates only missing parts. SEEDS (default 1,2,3) and ABLATION_SEEDS (default 1).
+# Finished runs and the LDM's VAE and UNet are kept in git (benchmarks/run_archive.py, docs/results/runs/): the script
+# restores them first (the text encoder is the MiniLM package's, saved again into the folder) and saves each stage's
+# runs when it ends, so a reproduction can span sessions on machines that start empty.
 # Needs FEDHET_DATA (MNIST, MNIST-M, USPS) and the Debian package dataset-fashion-mnist.
 #   bash benchmarks/fedbip_tables.sh [pretrain|feature|ablation|label|privacy|reports]
 set -euo pipefail
@@ -23,16 +26,25 @@ what=${1:-all}
 SEEDS=${SEEDS:-1,2,3}
 ABLATION_SEEDS=${ABLATION_SEEDS:-1}
 LABEL_SEEDS=${LABEL_SEEDS:-$SEEDS}
+LDM=runs/ldm32
+$PY benchmarks/run_archive.py restore
+if [[ -f $LDM/fedhet_ldm.json && ! -d $LDM/text_encoder ]]; then
+  $PY -c "from fedhet.models.ldm.checkpoint import minilm_text_encoder; minilm_text_encoder()[0].save_pretrained('$LDM/text_encoder')"
+fi
+save() { for p in "$@"; do if [[ -e $p ]]; then $PY benchmarks/run_archive.py save "$p"; fi; done; }
 
 if [[ $what == all || $what == pretrain ]]; then
-  $FEDHET ldm pretrain --out runs/ldm32 --minutes 80 num_threads=1 -q
-  [[ -f docs/images/fedbip_ldm.png ]] || $FEDHET ldm samples runs/ldm32 --out docs/images/fedbip_ldm.png --steps 20
+  $FEDHET ldm pretrain --out $LDM --minutes 80 num_threads=1 -q
+  save $LDM/{vae,unet,tokenizer,scheduler}/* $LDM/fedhet_ldm.json $LDM/loss.csv
+  [[ -f docs/images/fedbip_ldm.png ]] || $FEDHET ldm samples $LDM --out docs/images/fedbip_ldm.png --steps 20
 fi
 if [[ $what == all || $what == feature ]]; then
   $FEDHET sweep configs/fedbip/feature_shift.yaml --seeds "$SEEDS" -q
+  save runs/fedbip_digits
 fi
 if [[ $what == all || $what == ablation ]]; then
   $FEDHET sweep configs/fedbip/ablation.yaml --seeds "$ABLATION_SEEDS" -q
+  save runs/fedbip_ablation
 fi
 if [[ $what == all || $what == label ]]; then
   $FEDHET sweep configs/fedbip/label_shift.yaml --seeds "$LABEL_SEEDS" -q
@@ -40,11 +52,12 @@ if [[ $what == all || $what == label ]]; then
     --seeds "$LABEL_SEEDS" -q
   $FEDHET sweep configs/fedbip/label_shift.yaml data.partition=dirichlet data.alpha=0.01 name=fedbip_fashion_dir001 \
     --seeds "$LABEL_SEEDS" -q
+  save runs/fedbip_fashion_iid runs/fedbip_fashion_dir05 runs/fedbip_fashion_dir001
 fi
 if [[ $what == all || $what == privacy ]]; then
   for run in runs/fedbip_digits/digits/{fedbip_l,fedavg,central}/seed* \
              runs/fedbip_fashion_*/fashion_mnist/{fedbip_l,fedavg,central}/seed*; do
-    if [[ -f $run/summary.json && ! -f $run/privacy.json ]]; then $FEDHET privacy "$run" -q; fi
+    if [[ -f $run/summary.json && ! -f $run/privacy.json ]]; then $FEDHET privacy "$run" -q; save "$run"; fi
   done
 fi
 if [[ $what == all || $what == reports ]]; then

@@ -21,6 +21,8 @@
 #     data.max_train_per_client=20 eval.every=3" bash benchmarks/fedpop_tables.sh
 # Needs FEDHET_DATA (default ../shared/data beside the checkout: tiny Shakespeare, Digits, PACS) and the Debian package
 # dataset-fashion-mnist.
+# With RUNS=runs (the default) finished jobs are kept in git (benchmarks/run_archive.py, docs/results/runs/): the
+# script restores them first and saves each job when it ends, so the reproduction can span sessions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FEDHET=${FEDHET:-.venv/bin/fedhet}
@@ -34,6 +36,8 @@ read -r -a EXTRA <<< "${EXTRA:-}"   # overrides added to every job (smoke tests)
 what=${1:-all}
 CFG=configs/fedpop
 FAILED=()  # a failed job is reported and the others go on; the script exits 1 at the end
+ARCHIVE=$([[ $RUNS == runs ]] && echo yes || true)
+if [[ -n $ARCHIVE ]]; then $PY benchmarks/run_archive.py restore; fi
 
 declare -A TUNER=(
   [none]="tune.clients=fixed tune.fedpop_l=false tune.fedpop_g=false"
@@ -72,6 +76,8 @@ job() {
       "$@" "${EXTRA[@]}" --run-dir "$dir" "${mode[@]}" -q > /dev/null; then
     echo "FAILED   $dir"
     FAILED+=("$dir")
+  elif [[ -n $ARCHIVE ]]; then
+    $PY benchmarks/run_archive.py save "$dir" > /dev/null
   fi
 }
 
