@@ -124,10 +124,27 @@ def test_adaptation_never_reads_the_clients_labels() -> None:
         assert torch.equal(v, again.arrays[k]), k
 
 
+@pytest.mark.parametrize("bn_stats", ["target", "source"])
+def test_bn_stats_source_keeps_the_source_models_running_statistics(bn_stats: str) -> None:
+    exp = experiment(f"method_args.bn_stats={bn_stats}")
+    alg = exp.algorithm
+    server = dataclasses.replace(exp.init_server(), pretrained=True)
+    msg = alg.broadcast(server, exp.round_info(2), 0)
+    torch.manual_seed(0)
+    reply, _ = fit_client(alg, msg, alg.init_client(0), exp.context(0, 2))
+    stats = [k for k in reply.arrays if k.endswith(("running_mean", "running_var"))]
+    weights = [k for k in reply.arrays if k.endswith("weight")]
+    assert stats and weights
+    kept = [torch.equal(reply.arrays[k], msg.arrays[k]) for k in stats]
+    assert all(kept) if bn_stats == "source" else not any(kept)
+    assert not all(torch.equal(reply.arrays[k], msg.arrays[k]) for k in weights)  # the student still trains
+
+
 def test_mismatched_image_sizes_and_bad_params_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="method_args.source.image_size"):
         run_experiment(load_config(None, [*BASE, "data.image_size=20", "rounds=1"]), tmp_path, progress=False)
-    for bad in ({"threshold": 1.5}, {"t_start": 1}, {"kd_teacher": "ema"}, {"beta": 0.6}):
+    for bad in ({"threshold": 1.5}, {"t_start": 1}, {"kd_teacher": "ema"}, {"beta": 0.6},
+                {"bn_stats": "frozen"}):
         with pytest.raises(ConfigError):
             FedSFDAParams(**bad).validate()  # type: ignore[arg-type]
 

@@ -16,7 +16,10 @@ data are never read in training; they are used for evaluation only.
 Choices the paper leaves open (spec 2.10; docs/fed_sfda.md has the reasons): threshold 0.9 (LADD's
 self-training confidence), T = 2, lambda_KD = 1, omega = 1, t_START = 2 (the first adaptation round), beta = 0.05
 (FDA's middle value), `kd_teacher` "swa" (the brief's L_KD to the SWA teacher) | "source" (LADD's code: KD to the
-frozen pre-trained model), `deploy` "global" (the FedAvg student) | "teacher" (the client's SWA teacher).
+frozen pre-trained model), `deploy` "global" (the FedAvg student) | "teacher" (the client's SWA teacher),
+`bn_stats` "target" (the student's BatchNorm layers train as usual: batch statistics, running estimates updated
+from the target batches) | "source" (they stay in eval mode during adaptation: the source model's statistics,
+so a train-mode student is not distilled toward an eval-mode teacher with other statistics).
 """
 
 from __future__ import annotations
@@ -30,7 +33,14 @@ import torch
 from torch import Tensor, nn
 
 from fedhet.algorithms.base import Algorithm, ArraySpec
-from fedhet.algorithms.fed_sfda_parts import kd_loss, load_source, pseudo_label_loss, stylise, swa_update
+from fedhet.algorithms.fed_sfda_parts import (
+    kd_loss,
+    keep_batchnorm_statistics,
+    load_source,
+    pseudo_label_loss,
+    stylise,
+    swa_update,
+)
 from fedhet.algorithms.registry import register
 from fedhet.algorithms.server_training import train_on_tensors
 from fedhet.config import DataConfig
@@ -57,7 +67,7 @@ log = logging.getLogger(__name__)
 __all__ = ["BAND", "STYLE", "FedSFDA", "FedSFDAParams", "FedSFDAServer", "FedSFDAState", "FedSFDAWork"]
 
 BAND, STYLE = "fda_band", "style"  # the style wave's broadcast scalar and reply array
-TEACHERS, DEPLOYS = ("swa", "source"), ("global", "teacher")
+TEACHERS, DEPLOYS, BN_STATS = ("swa", "source"), ("global", "teacher"), ("target", "source")
 
 
 @dataclass
@@ -65,7 +75,7 @@ class FedSFDAParams:
     """`source`: the server's labelled data (a `data` section; its domains are D_S, e.g. three PACS domains).
     FDA: `beta`, `fda` (False: pre-train on D_S alone, the no-style ablation). Pre-training: `pretrain_epochs`,
     `pretrain_lr` (None: train.lr). Adaptation: `threshold`, `temperature`, `lambda_kd`, `omega`, `t_start`,
-    `kd_teacher`, `deploy` (module docstring)."""
+    `kd_teacher`, `deploy`, `bn_stats` (module docstring)."""
 
     source: DataConfig = field(default_factory=DataConfig)
     beta: float = 0.05
@@ -79,6 +89,7 @@ class FedSFDAParams:
     t_start: int = 2
     kd_teacher: str = "swa"
     deploy: str = "global"
+    bn_stats: str = "target"
 
     def validate(self) -> None:
         self.source.validate()
@@ -91,7 +102,8 @@ class FedSFDAParams:
                   (self.omega >= 1 and self.t_start >= 2, "need omega >= 1 and t_start >= 2 (round 1 is the "
                                                           f"style wave), got {self.omega}, {self.t_start}"),
                   (self.kd_teacher in TEACHERS, f"kd_teacher must be one of {TEACHERS}, got '{self.kd_teacher}'"),
-                  (self.deploy in DEPLOYS, f"deploy must be one of {DEPLOYS}, got '{self.deploy}'")]
+                  (self.deploy in DEPLOYS, f"deploy must be one of {DEPLOYS}, got '{self.deploy}'"),
+                  (self.bn_stats in BN_STATS, f"bn_stats must be one of {BN_STATS}, got '{self.bn_stats}'")]
         for ok, why in checks:
             if not ok:
                 raise ConfigError(f"fed_sfda method_args: {why}")
@@ -227,6 +239,8 @@ class FedSFDA(Algorithm[FedSFDAServer, FedSFDAState, FedSFDAWork]):
         """One SGD step on L_PSEUDO + lambda_KD * L_KD; the labels of the batch are never read."""
         assert work.teacher is not None and work.kd is not None
         p = self.params
+        if p.bn_stats == "source":
+            keep_batchnorm_statistics(work.model)
         student: Tensor = work.model(x)
         with torch.no_grad():
             teacher = work.teacher(x)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from fedhet.config import DataConfig
 from fedhet.core.params import StateDict
@@ -26,7 +26,8 @@ from fedhet.data.fda import fda_transfer
 from fedhet.data.registry import resolve_spec
 from fedhet.errors import ConfigError
 
-__all__ = ["SourceData", "kd_loss", "load_source", "pseudo_label_loss", "stylise", "swa_update"]
+__all__ = ["SourceData", "keep_batchnorm_statistics", "kd_loss", "load_source", "pseudo_label_loss", "stylise",
+           "swa_update"]
 
 
 def pseudo_label_loss(student: Tensor, teacher: Tensor, threshold: float) -> tuple[Tensor, Tensor]:
@@ -42,6 +43,14 @@ def kd_loss(student: Tensor, teacher: Tensor, temperature: float) -> Tensor:
     t = F.log_softmax(teacher.detach() / temperature, dim=1)
     s = F.log_softmax(student / temperature, dim=1)
     return F.kl_div(s, t, reduction="batchmean", log_target=True) * temperature ** 2
+
+
+def keep_batchnorm_statistics(model: nn.Module) -> None:
+    """Put `model`'s BatchNorm layers in eval mode: they normalise with, and no longer update, their running
+    statistics (their affine weights still train). Fed-SFDA's `bn_stats: source`."""
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.eval()
 
 
 def swa_update(teacher: StateDict, student: StateDict, n: int) -> StateDict:
