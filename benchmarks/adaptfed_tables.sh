@@ -19,7 +19,7 @@ SEEDS=${SEEDS:-1,2,3}
 DIR03="data.partition=dirichlet data.alpha=0.3"
 C100="data.num_clients=100 data.max_train_per_client=100"
 $PY benchmarks/run_archive.py restore
-save() { for p in "$@"; do if [[ -e $p ]]; then $PY benchmarks/run_archive.py save "$p"; fi; done; }
+save() { $PY benchmarks/run_archive.py save "$@"; }  # paths that do not exist are skipped
 
 if [[ $what == all || $what == pretrain ]]; then
   for m in focalnet vit small_cnn; do

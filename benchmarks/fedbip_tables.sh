@@ -31,7 +31,7 @@ $PY benchmarks/run_archive.py restore
 if [[ -f $LDM/fedhet_ldm.json && ! -d $LDM/text_encoder ]]; then
   $PY -c "from fedhet.models.ldm.checkpoint import minilm_text_encoder; minilm_text_encoder()[0].save_pretrained('$LDM/text_encoder')"
 fi
-save() { for p in "$@"; do if [[ -e $p ]]; then $PY benchmarks/run_archive.py save "$p"; fi; done; }
+save() { $PY benchmarks/run_archive.py save "$@"; }  # paths that do not exist are skipped
 
 if [[ $what == all || $what == pretrain ]]; then
   $FEDHET ldm pretrain --out $LDM --minutes 80 num_threads=1 -q

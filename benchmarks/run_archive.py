@@ -3,7 +3,8 @@
     python benchmarks/run_archive.py save runs/adaptfed_path100 runs/adaptfed/focalnet_mnist.pt
     python benchmarks/run_archive.py restore
 
-`save` copies each finished run directory found under the given paths (a folder holding summary.json) into
+`save` copies each finished run directory found under the given paths (a folder holding summary.json; a path
+that does not exist holds none) into
 docs/results/runs/ at the same path below runs/, without its checkpoints, lock or any file over 2 MiB; JSON-lines
 files are stored gzipped. A file given by name (a pretrained backbone) is copied as it is. `restore` copies the
 archive back into runs/, skipping what is already there, so `fedhet sweep` finds those runs finished (their
@@ -51,14 +52,15 @@ def save(paths: list[Path], runs: Path = RUNS, archive: Path = ARCHIVE) -> int:
             count += 1
             continue
         for run in _run_dirs(path):
+            kept = archive / run.resolve().relative_to(runs.resolve())
             for src in run.rglob("*"):
                 inner = src.relative_to(run)
                 if src.is_dir() or SKIP_DIRS & set(inner.parts) or src.name in SKIP_FILES:
                     continue
-                if src.stat().st_size > MAX_BYTES:
-                    print(f"left out {src} ({src.stat().st_size / 2**20:.1f} MiB)")
+                if (size := src.stat().st_size) > MAX_BYTES:
+                    print(f"left out {src} ({size / 2**20:.1f} MiB)")
                     continue
-                _save_file(src, archive / run.resolve().relative_to(runs.resolve()) / inner)
+                _save_file(src, kept / inner)
             count += 1
     return count
 

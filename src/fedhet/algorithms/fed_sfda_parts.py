@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedhet.config import DataConfig
-from fedhet.core.params import StateDict
+from fedhet.core.params import BN_TYPES, StateDict
 from fedhet.data import build_federated_data
 from fedhet.data.fda import fda_transfer
 from fedhet.data.registry import resolve_spec
@@ -49,7 +49,7 @@ def keep_batchnorm_statistics(model: nn.Module) -> None:
     """Put `model`'s BatchNorm layers in eval mode: they normalise with, and no longer update, their running
     statistics (their affine weights still train). Fed-SFDA's `bn_stats: source`."""
     for module in model.modules():
-        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+        if isinstance(module, BN_TYPES):
             module.eval()
 
 
