@@ -23,7 +23,7 @@ from fedhet.report.runs import RunRecord, load_runs
 
 ORDER = ["local_t", "fedavg_t", "vanilla_t", "fedper_t", "pfedhn_t", "fedtp_t", "adaptfed", "p_mlp", "p_norm",
          "p_encoder", "hnet_lr01", "hnet_lr03", "lora4", "task_aware", "plus_fedper", "fedavg", "fedprox", "fedbn",
-         "fedrep", "fedavg_lstm"]
+         "fedrep", "fedavg_lstm", "fedprox_lstm", "fedper_lstm"]
 NAMES = {"local_t": "Local-T", "fedavg_t": "FedAvg-T", "vanilla_t": "Vanilla-T", "fedper_t": "FedPER-T",
          "pfedhn_t": "pFedHN-T", "fedtp_t": "FedTP-T (ViT)", "adaptfed": "AdaptFED (P = focal modulation)",
          "p_mlp": "AdaptFED, P = MLP layers", "p_norm": "AdaptFED, P = normalization layers",
@@ -31,7 +31,8 @@ NAMES = {"local_t": "Local-T", "fedavg_t": "FedAvg-T", "vanilla_t": "Vanilla-T",
          "fedbn": "FedBN (CNN)", "fedrep": "FedRep (CNN)", "hnet_lr01": "AdaptFED, hypernetwork lr 0.1",
          "hnet_lr03": "AdaptFED, hypernetwork lr 0.3", "lora4": "AdaptFED, LoRA factors r=4 (ours)",
          "task_aware": "AdaptFED, task-aware (ours)", "plus_fedper": "AdaptFED + FedPER (local head)",
-         "fedavg_lstm": "FedAvg (LEAF LSTM)"}
+         "fedavg_lstm": "FedAvg (LEAF LSTM)", "fedprox_lstm": "FedProx (LEAF LSTM, mu 0.01)",
+         "fedper_lstm": "FedPER (LEAF LSTM)"}
 
 
 def cell(values: list[float]) -> str:
@@ -52,10 +53,12 @@ def labels_in(runs: list[RunRecord]) -> list[str]:
     return [m for m in ORDER if m in found] + sorted(found - set(ORDER))
 
 
-def accuracy_table(folders: list[Path]) -> str:
+def accuracy_table(folders: list[Path], headers: list[str] | None = None) -> str:
+    """One row per method; one column per folder, headed by `headers` (default: the folders' names)."""
     runs = {f.name: load_runs(f) for f in folders}
     every = [r for rs in runs.values() for r in rs]
-    lines = ["| method | " + " | ".join(runs) + " | params down / up per client-round | bytes down / up | s / round |",
+    columns = " | ".join(headers or runs)
+    lines = [f"| method | {columns} | params down / up per client-round | bytes down / up | s / round |",
              "|---|" + "---|" * (len(runs) + 3)]
     for label in labels_in(every):
         cells = [cell([a for r in rs if r.label == label and (a := final_accuracy(r)) is not None])
@@ -74,17 +77,18 @@ def _bytes(n: float | None) -> str:
     return "?" if n is None else f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
-def labels_in_order(label: str) -> int:
-    return ORDER.index(label) if label in ORDER else len(ORDER)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", nargs="+", type=Path, help="one run folder per setting (runs/<name>)")
     parser.add_argument("--novel", action="store_true", help="Table 8 from the runs' novel.json")
+    parser.add_argument("--headers", default="", help="comma-separated column headers, one per folder")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    text = novel_section(load_runs(args.folders), heading=False) if args.novel else accuracy_table(args.folders)
+    headers = args.headers.split(",") if args.headers else None
+    if headers is not None and len(headers) != len(args.folders):
+        parser.error(f"--headers names {len(headers)} columns for {len(args.folders)} folders")
+    text = (novel_section(load_runs(args.folders), heading=False) if args.novel
+            else accuracy_table(args.folders, headers))
     atomic_write_text(args.out, text)
     print(text)
 

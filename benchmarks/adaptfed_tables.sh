@@ -79,6 +79,10 @@ if [[ $what == all || $what == sfda ]]; then  # 5 pre-training epochs at 64 px: 
   sfda_run sfda_pacs_effnet_kdsource method_args.kd_teacher=source
   sfda_run sfda_pacs_effnet_ladd method_args.kd_teacher=source method_args.lambda_kd=10 method_args.t_start=5
   sfda_run sfda_pacs_effnet_bnsource method_args.kd_teacher=source method_args.bn_stats=source
+  # the client step size and EfficientNet's train-mode noise (benchmarks/sfda_probe.py; docs/results/adaptfed.md)
+  sfda_run sfda_pacs_effnet_lr001 method_args.kd_teacher=source train.lr=0.001 method_args.pretrain_lr=0.01
+  sfda_run sfda_pacs_effnet_nodrop_lr001 method_args.kd_teacher=source train.lr=0.001 method_args.pretrain_lr=0.01 \
+    model.args.dropout=0 model.args.drop_connect_rate=0
 fi
 if [[ $what == all || $what == reports ]]; then
   mkdir -p $OUT
@@ -90,9 +94,14 @@ if [[ $what == all || $what == reports ]]; then
   tables=$(for n in adaptfed_path100 adaptfed_dir03_100; do if [[ -d runs/$n ]]; then echo runs/$n; fi; done)
   if [[ -n $tables ]]; then $PY benchmarks/adaptfed_tables.py $tables --out $OUT/tables100.md; fi
   if [[ -d runs/adaptfed_novel ]]; then $PY benchmarks/adaptfed_tables.py runs/adaptfed_novel --novel --out $OUT/novel.md; fi
-  alphas=$(for a in 0.1 0.3 0.5 0.7 0.9; do for n in adaptfed_alpha$a $([[ $a == 0.3 ]] && echo adaptfed_dir03_100); do
-    if [[ -d runs/$n ]]; then echo runs/$n; fi; done; done)
-  if [[ -n $alphas ]]; then $PY benchmarks/adaptfed_tables.py $alphas --out $OUT/alpha.md; fi
+  alphas=() headers=()
+  for a in 0.1 0.3 0.5 0.7 0.9; do
+    n=$([[ $a == 0.3 ]] && echo adaptfed_dir03_100 || echo adaptfed_alpha$a)
+    if [[ -d runs/$n ]]; then alphas+=(runs/$n) headers+=("alpha $a"); fi
+  done
+  if (( ${#alphas[@]} )); then
+    $PY benchmarks/adaptfed_tables.py "${alphas[@]}" --headers "$(IFS=,; echo "${headers[*]}")" --out $OUT/alpha.md
+  fi
   if [[ -d runs/adaptfed_shakespeare ]]; then
     $PY benchmarks/adaptfed_tables.py runs/adaptfed_shakespeare --out $OUT/shakespeare.md
   fi
