@@ -80,9 +80,9 @@ if [[ $what == all || $what == sfda ]]; then  # 5 pre-training epochs at 64 px: 
   sfda_run sfda_pacs_effnet_ladd method_args.kd_teacher=source method_args.lambda_kd=10 method_args.t_start=5
   sfda_run sfda_pacs_effnet_bnsource method_args.kd_teacher=source method_args.bn_stats=source
   # the client step size and EfficientNet's train-mode noise (benchmarks/sfda_probe.py; docs/results/adaptfed.md)
-  sfda_run sfda_pacs_effnet_lr001 method_args.kd_teacher=source train.lr=0.001 method_args.pretrain_lr=0.01
-  sfda_run sfda_pacs_effnet_nodrop_lr001 method_args.kd_teacher=source train.lr=0.001 method_args.pretrain_lr=0.01 \
-    model.args.dropout=0 model.args.drop_connect_rate=0
+  low_lr="method_args.kd_teacher=source train.lr=0.001 method_args.pretrain_lr=0.01"
+  sfda_run sfda_pacs_effnet_lr001 $low_lr
+  sfda_run sfda_pacs_effnet_nodrop_lr001 $low_lr model.args.dropout=0 model.args.drop_connect_rate=0
 fi
 if [[ $what == all || $what == reports ]]; then
   mkdir -p $OUT

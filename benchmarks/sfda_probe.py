@@ -7,7 +7,7 @@ Regimes, each from the same start with the run's optimizer settings and the clie
   supervised-eval    the same with the model in eval mode (no dropout / drop-connect, BatchNorm frozen)
   kd-self-train      KD to the identical source model, train mode (what the kd-only run did in its round 2)
   kd-self-eval       the same in eval mode
-  sfda-train         the run's client loss, L_PSEUDO (threshold 0.9) + L_KD to the source model, train mode
+  sfda-train         the run's client loss, L_PSEUDO (threshold 0.9) + L_KD (T = 2) to the source, train mode
 each at every learning rate of --lrs (default: the run's train.lr and a tenth of it).
 Usage: python benchmarks/sfda_probe.py RUN_DIR [--client 0] [--epochs 1] [--lrs 0.01,0.001]
 """
@@ -28,20 +28,15 @@ from torch.utils.data import DataLoader, Dataset
 from fedhet.algorithms.fed_sfda_parts import kd_loss, pseudo_label_loss
 from fedhet.config.loading import load_config
 from fedhet.data.federated import build_federated_data
+from fedhet.engine.evaluation import evaluate
 from fedhet.models.base import build_model
 
 Loss = Callable[[nn.Module, nn.Module, Tensor, Tensor], Tensor]
 
 
 def accuracy(model: nn.Module, data: Dataset) -> float:
-    """Top-1 accuracy (%) in eval mode."""
-    model.eval()
-    right = total = 0
-    with torch.no_grad():
-        for x, y in DataLoader(data, batch_size=128):
-            right += int((model(x).argmax(1) == y).sum())
-            total += len(y)
-    return 100.0 * right / max(total, 1)
+    """Top-1 accuracy (%) in eval mode (the engine's own evaluation)."""
+    return 100.0 * evaluate(model, data, torch.device("cpu"))["accuracy"]
 
 
 def supervised(model: nn.Module, source: nn.Module, x: Tensor, y: Tensor) -> Tensor:
