@@ -7,7 +7,9 @@ runtimes do it, no image transforms). Four timings of the same work, median of `
   * `inprocess`  fedhet's in-process runtime (`InProcessClients.fit`), what a run costs one client at a time;
   * `bare_vmap`  plain `vmap(grad(...))` over stacked parameters and a hand SGD update, batches pre-stacked;
   * `batched`    fedhet's batched runtime as users run it (`BatchedClients.fit`: per-client batch streams,
-                 stacking, the functional optimizer, copying back);
+                 stacking, the functional optimizer, copying back; above `CPU_PAYS_UP_TO` parameters on a CPU it
+                 trains the clients one after another, in-process code);
+  * `lanes`      the same with lanes forced (`run.batched_min_lanes=1`): what the lanes cost where they do not pay;
   * `batched_steps`  its vectorized steps alone (`PassRunner.run` on batches drawn beforehand): what it adds to
                  bare vmap by stacking, masking and its optimizer, without the per-client data loading.
 Goals: batched_steps / bare_vmap <= 1.2 (a; batched / bare_vmap beside it); inprocess / batched >= 4 for the
@@ -156,16 +158,20 @@ def micro(args: argparse.Namespace) -> list[dict[str, Any]]:
         messages = {cid: msg for cid in range(CLIENTS)}
         seq, vec = bare(exp, args.steps)
         inproc, batched = InProcessClients(exp), BatchedClients(exp)
+        lanes_cfg = dataclasses.replace(exp.config, run=dataclasses.replace(exp.config.run, batched_min_lanes=1))
+        forced = BatchedClients(dataclasses.replace(exp, config=lanes_cfg))
         row: dict[str, Any] = {"mlp": f"{d_in}-{hidden}-10", "params": sum(p.numel() for p in alg.parts.new()
                                                                           .parameters())}
         row["bare_seq_s"] = timed(seq, args.repeats)
         row["inprocess_s"] = timed(lambda: inproc.fit(1, messages), args.repeats)  # noqa: B023 (called at once)
         row["bare_vmap_s"] = timed(vec, args.repeats)
         row["batched_s"] = timed(lambda: batched.fit(1, messages), args.repeats)  # noqa: B023
-        row["batched_steps_s"] = timed(steps_only(batched, messages), args.repeats)
+        row["lanes_s"] = timed(lambda: forced.fit(1, messages), args.repeats)  # noqa: B023
+        row["batched_steps_s"] = timed(steps_only(forced, messages), args.repeats)
         row["a_steps_over_vmap"] = row["batched_steps_s"] / row["bare_vmap_s"]
         row["batched_over_vmap"] = row["batched_s"] / row["bare_vmap_s"]
         row["b_inprocess_over_batched"] = row["inprocess_s"] / row["batched_s"]
+        row["inprocess_over_lanes"] = row["inprocess_s"] / row["lanes_s"]
         row["bare_seq_over_bare_vmap"] = row["bare_seq_s"] / row["bare_vmap_s"]
         print(json.dumps(row), flush=True)
         rows.append(row)

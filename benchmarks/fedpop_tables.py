@@ -2,8 +2,10 @@
 benchmarks/fedpop_tables.sh lays them out: <runs>/<prefix>_<setting>/<dataset>/fedavg+<wrapper>+<tuner>[+<score>]/
 seed<k>/summary.json (with config.yaml beside it). Each cell is "global (finetuned)" test accuracy in %, mean ±
 sample std over the seeds found (the average over clients of the final configuration's global model, and of that
-model finetuned once per client with beta^0); a cell with fewer seeds than --seeds names says so, and a cell with
-no finished run shows "—", so partial results tabulate.
+model finetuned once per client with beta^0); a cell with fewer seeds than --seeds names says so, a cell with a
+run in which every configuration diverged names its seed and round ([halted: s1@14]: the job ended there and chose
+among the configurations' last finite states), and a cell with no finished run shows "—", so partial results
+tabulate.
 
     python benchmarks/fedpop_tables.py runs --out docs/results/fedpop        # table1.md ... table5.md
 """
@@ -40,6 +42,7 @@ class Run:
     finetuned_acc: float
     tried_alpha: int
     tried_beta: int
+    halted: int | None = None  # the round in which every configuration diverged (the job ended there)
 
 
 Cells = dict[tuple[str, str, str, str], list[Run]]  # (setting, wrapper, tuner, score) -> runs over seeds
@@ -62,7 +65,8 @@ def load_runs(roots: list[Path], prefix: str) -> list[Run]:
                         score=str((config.get("tune") or {}).get("score", "powerlaw")), seed=int(summary["seed"]),
                         global_acc=100 * summary["final"]["avg"]["accuracy"],
                         finetuned_acc=100 * tune["finetuned"]["avg"]["accuracy"],
-                        tried_alpha=int(tune["tried_alpha"]), tried_beta=int(tune["tried_beta"])))
+                        tried_alpha=int(tune["tried_alpha"]), tried_beta=int(tune["tried_beta"]),
+                        halted=summary.get("halted")))
     return runs
 
 
@@ -82,13 +86,16 @@ def mean_std(values: list[float]) -> str:
 
 
 def cell(cells: Cells, key: tuple[str, str, str, str], seeds: int, finetuned: bool = True) -> str:
-    """One cell, global (finetuned) over its seeds; "—" without runs, and [n=k] when seeds are missing."""
+    """One cell, global (finetuned) over its seeds; "—" without runs, [halted: ...] for runs that ended early,
+    and [n=k] when seeds are missing."""
     runs = cells.get(key, [])
     if not runs:
         return MISSING
     text = mean_std([r.global_acc for r in runs])
     if finetuned:
         text += f" ({mean_std([r.finetuned_acc for r in runs])})"
+    halted = [f"s{r.seed}@{r.halted}" for r in runs if r.halted]
+    text += f" [halted: {', '.join(halted)}]" if halted else ""
     return text + (f" [n={len(runs)}]" if len(runs) < seeds else "")
 
 

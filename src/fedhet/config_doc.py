@@ -53,6 +53,8 @@ MEANINGS = {
                                "allows)",
     "run.batched_memory_mb": "batched runtime: memory budget of a chunk in MB (null: 70% of free CUDA memory, or "
                              "25% of RAM on CPU)",
+    "run.batched_min_lanes": "batched runtime: a batch-size group of fewer clients trains one after another "
+                             "(null: 8 on a CPU, 2 on a GPU)",
     "run.checkpoint_every": "write a checkpoint every this many rounds (and after the last)",
     "run.quiet": "no progress bar",
 }

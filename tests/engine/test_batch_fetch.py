@@ -55,15 +55,20 @@ def test_whole_batches_equal_per_sample_collation(transform) -> None:
     assert ds.needs_no_random_numbers == (transform is None or isinstance(transform, ToFloat))
 
 
+@pytest.mark.parametrize("cfg", [CFG, TrainConfig(batch_size=8, local_steps=13)])  # 13: part of a 2nd epoch
 @pytest.mark.parametrize("transform", [None, Compose(ToFloat(), AddGaussianNoise(0.1))])
-def test_draw_ahead_streams_give_the_in_process_batches(transform) -> None:
+def test_draw_ahead_streams_give_the_in_process_batches(transform, cfg: TrainConfig) -> None:
     ds = dataset(transform)
-    want, _, _ = drawn(ds)
-    stream = BatchStream(ClientRng(0, 1, 2), ds, CFG)
+    with seeded(0, 1, 2, "fit"):
+        want, after = list(batches(ds, cfg)), (torch.rand(3), float(np.random.rand()))
+    stream = BatchStream(ClientRng(0, 1, 2), ds, cfg)
     got = [stream.next() for _ in range(stream.steps)]
+    assert len(got) == len(want) == (13 if cfg.local_steps else 20)
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, want, strict=True))
     with pytest.raises(RuntimeError, match="exhausted"):
         stream.next()
+    with stream.rng.active():  # the stream consumed exactly the client's in-process draws
+        assert torch.equal(torch.rand(3), after[0]) and float(np.random.rand()) == after[1]
 
 
 def test_evaluation_batches_in_order_equal_the_per_sample_loader() -> None:
@@ -106,7 +111,8 @@ def test_a_client_rng_is_the_state_seeded_leaves_and_shared_outer_blocks_restore
     with seeded(7, 3, 11, "fit"):
         want = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     rng = ClientRng(7, 3, 11)
-    got = rng._state
+    with rng.active():
+        got = ClientRng._capture()
     assert torch.equal(got[0], want[0]) and got[2] == want[2]
     assert all(np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b for a, b in zip(got[1], want[1],
                                                                                             strict=True))

@@ -56,7 +56,8 @@ class GoldenCase:
     def config(self) -> ExperimentConfig:
         """The experiment config (Flower cases: the in-process config that `run_flower_simulation` takes)."""
         runtime = "batched" if self.runtime == "batched" else "inprocess"
-        return load_config(None, [*BASE, *self.overrides, f"run.runtime={runtime}"])
+        lanes = ["run.batched_min_lanes=1"] if runtime == "batched" else []  # lanes, however few clients
+        return load_config(None, [*BASE, *self.overrides, f"run.runtime={runtime}", *lanes])
 
 
 def _case(name: str, method: str, *overrides: str, **kw: object) -> GoldenCase:

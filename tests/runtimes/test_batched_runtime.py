@@ -15,6 +15,7 @@ Tolerances (CPU, one torch thread, same config and seed; data order and augmenta
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -24,6 +25,7 @@ import torch
 from fedhet_testing import for_method
 
 from fedhet.algorithms import ALGORITHMS
+from fedhet.algorithms.base import with_hparams
 from fedhet.config import load_config
 from fedhet.engine.experiment import build_experiment
 from fedhet.errors import CheckpointError, ConfigError
@@ -33,7 +35,8 @@ from fedhet.runtimes.inprocess import InProcessClients
 
 BASE = ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={width: 8, norm: none}",
         "train.local_steps=3", "train.batch_size=16", "train.lr=0.1", "data.max_test_per_client=20",
-        "run.quiet=true", "run.device=cpu", "run.num_threads=1", "rounds=2", "data.augment=false"]
+        "run.quiet=true", "run.device=cpu", "run.num_threads=1", "rounds=2", "data.augment=false",
+        "run.batched_min_lanes=1"]  # every group as lanes, however small (what these tests compare)
 BN = ["model.args={width: 8}", "data.input_noise_std=0.1", "train.local_steps=2"]
 RAGGED = ["data.partition=dirichlet", "data.num_clients=5", "data.alpha=0.5", "data.fraction=0.15",
           "train.local_steps=null", "train.local_epochs=1"]
@@ -128,17 +131,25 @@ def test_chunking_gives_the_same_result(tmp_path: Path) -> None:
             assert rb["loss"] == pytest.approx(ra["loss"], abs=1e-6) and rb["accuracy"] == ra["accuracy"], (ra, rb)
 
 
-def test_it_says_before_the_run_when_lanes_cannot_pay_on_a_cpu(monkeypatch, caplog) -> None:
+def test_where_lanes_cannot_pay_on_a_cpu_it_says_so_and_trains_one_after_another(monkeypatch, caplog) -> None:
+    """Goal (c): above CPU_PAYS_UP_TO parameters the default trains clients one after another (and says so before
+    the run); an explicit run.batched_min_lanes keeps lanes (and says that)."""
     import fedhet.runtimes.batched.runtime as runtime
 
-    exp = build_experiment(load_config(None, [*BASE, "run.runtime=batched"]))
+    default = [item for item in BASE if not item.startswith("run.batched_min_lanes")] + ["run.runtime=batched"]
+    exp = build_experiment(load_config(None, default))
     with caplog.at_level("WARNING"):
-        BatchedClients(exp)
-    assert "expected to train no faster" not in caplog.text
+        assert BatchedClients(exp).min_lanes == runtime.CPU_MIN_LANES
+    assert "trains no faster" not in caplog.text
     monkeypatch.setattr(runtime, "CPU_PAYS_UP_TO", 100)
     with caplog.at_level("WARNING"):
-        BatchedClients(exp)
-    assert "expected to train no faster than run.runtime=inprocess" in caplog.text
+        assert BatchedClients(exp).min_lanes > 10**9
+    assert "trains no faster as lanes" in caplog.text and "one after another, as run.runtime=inprocess" in caplog.text
+    caplog.clear()
+    forced = build_experiment(load_config(None, [*default, "run.batched_min_lanes=1"]))
+    with caplog.at_level("WARNING"):
+        assert BatchedClients(forced).min_lanes == 1
+    assert "run.batched_min_lanes is set, so lanes it is" in caplog.text
 
 
 def test_chunk_size_follows_the_budget() -> None:
@@ -190,6 +201,35 @@ def test_runtime_is_selected_by_config(tmp_path: Path) -> None:
     assert type(make_executor(exp)) is InProcessClients
     with pytest.raises(ConfigError, match="batched_max_clients"):
         load_config(None, [*BASE, "run.batched_max_clients=0"])
+    with pytest.raises(ConfigError, match="batched_min_lanes"):
+        load_config(None, [*BASE, "run.batched_min_lanes=0"])
+
+
+@pytest.mark.parametrize("min_lanes", [1, 3, 100])
+def test_groups_smaller_than_min_lanes_train_one_after_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               min_lanes: int) -> None:
+    """Jobs are grouped by batch size; a group below run.batched_min_lanes runs the in-process code (the very
+    same numbers as in-process), a larger one as lanes; outcomes come back in the jobs' order."""
+    exp = build_experiment(load_config(None, [*BASE, "method=fedprox", "method_args={mu: 0.5}", "run.runtime=batched",
+                                              f"run.batched_min_lanes={min_lanes}"]))
+    lanes, seq = make_executor(exp), InProcessClients(exp)
+    assert isinstance(lanes, BatchedClients) and lanes.min_lanes == min_lanes
+    alg = exp.algorithm
+    copies = {cid: with_hparams(alg, dataclasses.replace(alg.train_cfg, batch_size=8 if cid % 2 else 16))
+              for cid in range(4)}  # two groups of two
+    msgs = {cid: alg.broadcast(alg.init_server(), exp.round_info(1), cid) for cid in range(4)}
+    laned: list[int] = []
+    chunk = lanes._fit_chunk
+    monkeypatch.setattr(lanes, "_fit_chunk", lambda rnd, jobs: (laned.extend(j.cid for j in jobs), chunk(rnd, jobs))[1])
+    got, want = lanes.fit(1, msgs, copies), seq.fit(1, msgs, copies)
+    assert sorted(laned) == ([0, 1, 2, 3] if min_lanes <= 2 else [])
+    assert [r.client_id for r in got] == [r.client_id for r in want] == [0, 1, 2, 3]
+    for a, b in zip(got, want, strict=True):
+        for k, v in b.message.arrays.items():
+            if min_lanes > 2:
+                assert torch.equal(a.message.arrays[k], v)  # the in-process code: bitwise
+            else:
+                assert torch.allclose(a.message.arrays[k], v, atol=1e-6)
 
 
 def test_checkpointed_states_move_between_runtimes(tmp_path: Path) -> None:

@@ -152,3 +152,27 @@ def test_a_diverging_configuration_scores_worst_and_stops_without_fedpop_g(tmp_p
     only_wild = [*wide[:-1], "tune.space={client: {train.lr: {type: log_uniform, low: 5, high: 6}}}"]
     with pytest.raises(FedhetError, match="every configuration's training diverged in round 1"):
         run_tuning(load_config(None, only_wild), tmp_path, progress=False)
+
+
+def test_a_job_whose_every_configuration_diverges_after_learning_ends_with_its_results(tmp_path: Path,
+                                                                                        monkeypatch) -> None:
+    """Every configuration diverging in round 2 (after round 1 trained) ends tuning there: the final configuration
+    is chosen among them in their last finite state, and summary.json says where it halted."""
+    from fedhet.tune.run import run_tuning
+
+    real = Population.train_round
+
+    def train_round(self: Population, rnd: int) -> None:
+        if rnd < 2:
+            return real(self, rnd)
+        for member in self.members:
+            if member.alive:
+                self.diverged(member, rnd, "forced")
+        return None
+
+    monkeypatch.setattr(Population, "train_round", train_round)
+    result = run_tuning(load_config(None, [*BASE, "rounds=4"]), tmp_path, progress=False)
+    summary = result.summary
+    assert summary["halted"] == 2 and summary["rounds_completed"] == 2 == result.rounds_completed
+    assert math.isfinite(summary["final"]["avg"]["loss"])  # the round-1 state, evaluated on test
+    assert (result.run_dir / "tune" / "best_config.yaml").is_file()

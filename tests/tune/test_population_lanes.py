@@ -26,7 +26,7 @@ SPACE = ("tune.space={client: {train.lr: {type: log_uniform, low: -2, high: -0.7
          "low: -3, high: -1}}, server: {server.lr: {type: log_uniform, low: -0.3, high: 0.3}}}")
 BASE = ["data.dataset=offline_digits", "data.val_fraction=0.2", "model.name=mlp", "train.local_steps=3",
         "method=fedprox", "rounds=4", "run.num_threads=1", "run.quiet=true", "server.fraction_fit=0.5",
-        "eval.every=2", "tune.configs=3", "tune.g_interval=0.5", SPACE]
+        "eval.every=2", "tune.configs=3", "tune.g_interval=0.5", "run.batched_min_lanes=1", SPACE]
 TOL = 1e-5
 
 

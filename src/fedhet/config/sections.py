@@ -188,12 +188,17 @@ class RunConfig:
     # runtime `batched` (docs/runtimes_batched.md): clients per vectorized chunk, and the memory budget of a chunk
     batched_max_clients: int | None = None  # None: as many as the memory budget allows
     batched_memory_mb: float | None = None  # None: 70% of free CUDA memory, or 25% of RAM on CPU
+    # fewer clients of one batch size than this train one after another (in-process code); None: 8 on a CPU, where
+    # fewer lanes did not pay (docs/results/runtimes.md "Lanes"), 2 on a GPU
+    batched_min_lanes: int | None = None
 
     def validate(self) -> None:
         _check(self.checkpoint_every >= 1, "run.checkpoint_every must be >= 1")
         _check(self.batched_max_clients is None or self.batched_max_clients >= 1,
                "run.batched_max_clients must be >= 1")
         _check(self.batched_memory_mb is None or self.batched_memory_mb > 0, "run.batched_memory_mb must be > 0")
+        _check(self.batched_min_lanes is None or self.batched_min_lanes >= 1,
+               "run.batched_min_lanes must be >= 1 (1: every group as lanes)")
         _check(self.runtime in RUNTIMES,
                f"run.runtime must be one of {', '.join(RUNTIMES)}{nearest(self.runtime, RUNTIMES)}, "
                f"got '{self.runtime}'")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -28,36 +28,39 @@ def batches(dataset: Dataset[Any], cfg: TrainConfig, generator: torch.Generator 
     if n == 0:
         return
     bs = min(cfg.batch_size, n)
-    epoch: Callable[[], Iterator[Any]]
     if isinstance(dataset, IndexedDataset) and generator is None:
-        epoch = functools.partial(shuffled_epoch, dataset, bs, drops_singleton(n, bs))
+        loaded: Iterator[Any] = map(dataset.batch, pass_indices(n, cfg))
     else:
-        epoch = DataLoader(dataset, batch_size=bs, shuffle=True, drop_last=drops_singleton(n, bs),
-                           generator=generator).__iter__
-    steps = num_steps(n, cfg)
-    done = 0
-    while done < steps:
-        for x, y in epoch():
-            if device is not None:
-                x, y = to_device(x, device, non_blocking=True), y.to(device, non_blocking=True)
-            yield x, y
-            done += 1
-            if done >= steps:
-                return
+        loader = DataLoader(dataset, batch_size=bs, shuffle=True, drop_last=drops_singleton(n, bs),
+                            generator=generator)
+        loaded = (batch for _ in itertools.count() for batch in loader)
+    for x, y in itertools.islice(loaded, num_steps(n, cfg)):
+        if device is not None:
+            x, y = to_device(x, device, non_blocking=True), y.to(device, non_blocking=True)
+        yield x, y
 
 
-def shuffled_epoch(dataset: IndexedDataset, batch_size: int, drop_last: bool) -> Iterator[Any]:
-    """One epoch of `DataLoader(dataset, batch_size, shuffle=True, drop_last)`, whole batches at a time, drawing
-    from torch's global RNG what DataLoader draws, in the same order (torch 2.x; tests/engine/test_batch_fetch.py
-    compares the two): its iterator's base seed, then the seed of RandomSampler's own generator, which draws the
-    permutation (and, at the epoch's end, a spare one that touches no global state)."""
+def pass_indices(n: int, cfg: TrainConfig) -> Iterator[torch.Tensor]:
+    """The sample indices of each mini-batch of one pass over n samples (`num_steps` of them), epoch after
+    epoch; each epoch's random numbers are drawn when its first batch is asked for, as DataLoader draws them."""
+    bs = min(cfg.batch_size, n)
+    epochs = (batch for _ in itertools.count() for batch in shuffled_epoch(n, bs, drops_singleton(n, bs)))
+    return itertools.islice(epochs, num_steps(n, cfg))
+
+
+def shuffled_epoch(n: int, batch_size: int, drop_last: bool) -> Iterator[torch.Tensor]:
+    """The index batches of one epoch of `DataLoader(dataset, batch_size, shuffle=True, drop_last)` over n
+    samples, drawing from torch's global RNG what DataLoader draws, in the same order (torch 2.x;
+    tests/engine/test_batch_fetch.py compares the two): its iterator's base seed, then the seed of
+    RandomSampler's own generator, which draws the permutation (and, at the epoch's end, a spare one that touches
+    no global state)."""
     torch.empty((), dtype=torch.int64).random_()  # the iterator's (unused) worker base seed
     order = torch.Generator()
     order.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
-    perm = torch.randperm(len(dataset), generator=order)
-    end = len(perm) - len(perm) % batch_size if drop_last else len(perm)
+    perm = torch.randperm(n, generator=order)
+    end = n - n % batch_size if drop_last else n
     for start in range(0, end, batch_size):
-        yield dataset.batch(perm[start:start + batch_size])
+        yield perm[start:start + batch_size]
 
 
 def in_order(dataset: Dataset[Any], batch_size: int) -> DataLoader[Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import shutil
 import time
@@ -38,6 +39,8 @@ from fedhet.tune.config import TuneConfig, resolve_space, tune_config
 from fedhet.tune.fedpop import is_g_round, member_score
 from fedhet.tune.population import Population, global_search_due
 from fedhet.tune.wrappers import best_slot, check_rs_budget, sha_rounds, survivors
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -107,6 +110,7 @@ class TuningJob:
                  plan: list[int]) -> None:
         self.cfg, self.tune, self.population, self.dir, self.plan = cfg, tune, population, rundir, plan
         self.round, self.elapsed = 0, 0.0
+        self.halted: int | None = None  # the round in which every configuration diverged (halt)
         self.rows: list[dict[str, Any]] = []  # metrics.jsonl: the best member's curve
         self.checkpoint = rundir.checkpoints / FILENAME
         self.members_log = rundir.path / "tune" / "members.jsonl"
@@ -132,14 +136,14 @@ class TuningJob:
                         self.commit(rnd)
                     bar.update(1)
                     bar.set_postfix_str(self.postfix())
-                    if stop_after is not None and rnd >= stop_after:
+                    if self.halted or (stop_after is not None and rnd >= stop_after):
                         break
             except KeyboardInterrupt as err:  # the round in progress is dropped; the last commit stands
                 bar.close()
                 raise Interrupted(f"interrupted after round {self.round}; the population is saved in "
                                   f"{self.checkpoint}. Continue with --resume.") from err
         bar.close()
-        summary = self.finish() if self.round >= self.cfg.rounds else {}
+        summary = self.finish() if self.round >= self.cfg.rounds or self.halted else {}
         return TuneResult(self.dir.path, self.round, summary)
 
     def play(self, rnd: int) -> None:
@@ -147,11 +151,11 @@ class TuningJob:
         round that is both never ranks a configuration FedPop-G has just re-initialised), and the best member's
         evaluation."""
         pop = self.population
+        trained = [m for m in pop.members if m.alive]
         pop.train_round(rnd)
         if not any(m.alive and m.history and math.isfinite(m.history[-1]) for m in pop.members):
-            raise FedhetError(f"every configuration's training diverged in round {rnd}; narrow the search space "
-                              "(e.g. a lower upper bound for train.lr or server.lr) and start again with "
-                              "--overwrite")
+            self.halt(rnd, trained)
+            return
         if rnd in self.plan:
             live = [m for m in pop.members if m.alive]
             kept = set(survivors([m.slot for m in live], self.scores(live), self.tune.eta))
@@ -161,6 +165,20 @@ class TuningJob:
             pop.global_search(rnd)
         if rnd % self.cfg.eval.every == 0 or rnd == self.cfg.rounds:
             self.rows += client_rows(rnd, "test", pop.evaluate(self.leader(), rnd, "test"))
+
+    def halt(self, rnd: int, trained: list[Any]) -> None:
+        """Every configuration that trained in round `rnd` diverged. With nothing learned (no finite score yet)
+        the search space is at fault: an error. Otherwise tuning ends here and the final configuration is chosen
+        among them, each in its last finite state (nothing computed is lost; summary.json records `halted`)."""
+        if not any(math.isfinite(x) for m in self.population.members for x in m.history):
+            raise FedhetError(f"every configuration's training diverged in round {rnd}; narrow the search space "
+                              "(e.g. a lower upper bound for train.lr or server.lr) and start again with "
+                              "--overwrite")
+        log.warning("tune: every configuration's training diverged in round %d; tuning ends here, and the final "
+                    "configuration is chosen among them in their last finite state", rnd)
+        for member in trained:
+            member.alive = True
+        self.halted = rnd
 
     def scores(self, members: list[Any]) -> list[float]:
         return [member_score(m.history, self.tune.score, self.tune.gamma_g, window=self.population.t_g)
@@ -215,7 +233,7 @@ class TuningJob:
         finetuned = {**tuned, "avg": {"accuracy": _mean([m["accuracy"] for m in tuned.values()])}}
         tried_alpha, tried_beta = pop.tried.counts()
         summary = {"name": cfg.name, "method": cfg.method, "label": cfg.variant, "dataset": cfg.data.dataset,
-                   "seed": cfg.seed, "rounds": cfg.rounds, "rounds_completed": self.round,
+                   "seed": cfg.seed, "rounds": cfg.rounds, "rounds_completed": self.round, "halted": self.halted,
                    "personalized": pop.base.personalized, "final": final, "wall_time_s": self.elapsed,
                    "round_time_s": self.elapsed / max(self.round, 1), "device": str(pop.exp.device),
                    "tune": {"wrapper": self.tune.wrapper, "tuner": tuner_name(self.tune), "configs": len(pop.members),

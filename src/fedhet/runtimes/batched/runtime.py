@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -25,10 +26,10 @@ from torch.utils.data import Dataset
 from fedhet.algorithms.base import Algorithm
 from fedhet.core.contract import ClientState, FitStats, LocalPass
 from fedhet.core.messages import Message, Reply
-from fedhet.core.seeding import FIT, client_stream
+from fedhet.core.seeding import FIT, client_stream, seeded
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.finite import DIVERGED_ADVICE
-from fedhet.engine.local import add_check
+from fedhet.engine.local import add_check, fit_client
 from fedhet.errors import TrainingDivergedError
 from fedhet.runtimes.batched.data import BatchStream, ClientRng
 from fedhet.runtimes.batched.lanes import PassRunner
@@ -49,7 +50,8 @@ from fedhet.runtimes.inprocess import InProcessClients
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-CPU_PAYS_UP_TO = 50_000  # parameters per client: 784-64-10 (51k) was 1.5x in-process, 2352-32-10 (76k) 0.9x
+CPU_MIN_LANES = 8  # run.batched_min_lanes' default on a CPU
+CPU_PAYS_UP_TO = 64_000  # parameters per client: 784-64-10 (51k) trained 1.4x faster as lanes, 2352-32-10 (76k) 0.8x
 
 
 @dataclass
@@ -78,17 +80,33 @@ class BatchedClients(InProcessClients):
         self.cache: Cache = {}
         self.chunk_sizes: dict[int, int] = {}  # batch size -> clients per chunk (the estimate builds a model)
         self.modules = self._probe()
+        self.params = sum(p.numel() for p in self.alg.parts.new().parameters())
         self._say_if_slower()
 
     def _say_if_slower(self) -> None:
-        """Goal (c) of the lanes work: where vectorizing cannot pay, say so before the run. On a CPU, clients of
-        more than CPU_PAYS_UP_TO parameters train no faster as lanes than one after another (measured:
-        docs/results/runtimes.md "Lanes"); on a GPU the measured cases pay."""
-        params = sum(p.numel() for p in self.alg.parts.new().parameters())
-        if self.exp.device.type == "cpu" and params > CPU_PAYS_UP_TO:
-            log.warning("run.runtime=batched: a client model of %d parameters on a CPU is expected to train no "
-                        "faster than run.runtime=inprocess (it pays up to ~%d parameters; measured in "
-                        "docs/results/runtimes.md, section Lanes)", params, CPU_PAYS_UP_TO)
+        """Goal (c) of the lanes work: where vectorizing cannot pay, say so before the run and do not run slower.
+        On a CPU, clients of more than CPU_PAYS_UP_TO parameters train no faster as lanes than one after another
+        (measured: docs/results/runtimes.md "Lanes"), so by default they train one after another."""
+        if self.exp.device.type == "cpu" and self.params > CPU_PAYS_UP_TO:
+            forced = self.exp.config.run.batched_min_lanes is not None
+            log.warning("run.runtime=batched: a client model of %d parameters on a CPU trains no faster as lanes than "
+                        "one after another (it pays up to ~%d parameters; docs/results/runtimes.md, section Lanes); "
+                        "%s", self.params, CPU_PAYS_UP_TO,
+                        "run.batched_min_lanes is set, so lanes it is" if forced else
+                        "its clients train one after another, as run.runtime=inprocess (run.batched_min_lanes=1 "
+                        "forces lanes)")
+
+    @property
+    def min_lanes(self) -> int:
+        """`run.batched_min_lanes`, or its default: on a CPU 8 (measured: fewer lanes of a tuning population's
+        batch-size groups were slower than one after another; docs/results/runtimes.md "Lanes"), and no lanes at
+        all above CPU_PAYS_UP_TO parameters; 2 on a GPU."""
+        chosen = self.exp.config.run.batched_min_lanes
+        if chosen is not None:
+            return chosen
+        if self.exp.device.type != "cpu":
+            return 2
+        return CPU_MIN_LANES if self.params <= CPU_PAYS_UP_TO else sys.maxsize
 
     @property
     def chunk_size(self) -> int:
@@ -157,13 +175,35 @@ class BatchedClients(InProcessClients):
 
     def fit_jobs(self, rnd: int, jobs: list[FitJob]) -> list[FitOutcome]:
         """Fit any clients of any federations sharing this experiment (a tuning population's members, each client
-        with its own method copy and state) as lanes, in memory-sized chunks; nothing here is stored. A job whose
-        loss became NaN / inf comes back with no reply and its old state."""
-        size = self._chunk_size(max(job.alg.train_cfg.batch_size for job in jobs))
-        out: list[FitOutcome] = []
-        for start in range(0, len(jobs), size):
-            out += self._fit_chunk(rnd, jobs[start:start + size])
-        return out
+        with its own method copy and state), nothing stored; outcomes in the jobs' order. Jobs are grouped by
+        batch size (a value that cannot be laned); a group of at least `run.batched_min_lanes` jobs trains as
+        lanes in memory-sized chunks, a smaller one one job after another with the in-process code (a vmapped
+        step of one or two lanes costs more than a plain one). A job whose loss became NaN / inf comes back
+        with no reply and its old state."""
+        by_size: dict[int, list[int]] = {}
+        for i, job in enumerate(jobs):
+            by_size.setdefault(job.alg.train_cfg.batch_size, []).append(i)
+        done: dict[int, FitOutcome] = {}
+        for batch_size, idx in by_size.items():
+            if len(idx) < self.min_lanes:
+                done.update((i, self._fit_one(rnd, jobs[i])) for i in idx)
+                continue
+            size = self._chunk_size(batch_size)
+            for start in range(0, len(idx), size):
+                part = idx[start:start + size]
+                done.update(zip(part, self._fit_chunk(rnd, [jobs[i] for i in part]), strict=True))
+        return [done[i] for i in range(len(jobs))]
+
+    def _fit_one(self, rnd: int, job: FitJob) -> FitOutcome:
+        """One job as the in-process runtime fits it (the same code, RNG and result)."""
+        ctx = self.exp.context(job.cid, rnd, self.train_data[job.cid])
+        check = getattr(ctx.data, self.check_split) if self.check_split else None
+        try:
+            with seeded(*client_stream(self.exp.config.seed, rnd, job.cid, FIT)):
+                reply, state = fit_client(job.alg, job.msg, job.state, ctx, check=check)
+        except TrainingDivergedError:
+            return FitOutcome(None, job.state)
+        return FitOutcome(reply, state)
 
     def _lane(self, job: FitJob, rnd: int, rng: ClientRng) -> LaneWork:
         """The job's Work and passes, on its client's RNG, snapshotted before the next client's `start`."""
@@ -235,7 +275,7 @@ class BatchedClients(InProcessClients):
                 if isinstance(module, torch.nn.Module):
                     for n, t in [*module.named_parameters(), *module.named_buffers()]:
                         t.copy_(state[f"{f}:{n}"][i])
-        with rng.active():
+        with rng.active(last=True):
             reply, new_state = job.alg.finish(lane.work, job.state, stats)
             if self.check_split:
                 ctx = lane.work.ctx  # the context `start` received: the client's training view of its data
