@@ -134,7 +134,7 @@ def test_chunking_gives_the_same_result(tmp_path: Path) -> None:
 def test_where_lanes_cannot_pay_on_a_cpu_it_says_so_and_trains_one_after_another(monkeypatch, caplog) -> None:
     """Goal (c): above CPU_PAYS_UP_TO parameters the default trains clients one after another (and says so before
     the run); an explicit run.batched_min_lanes keeps lanes (and says that)."""
-    import fedhet.runtimes.batched.runtime as runtime
+    import fedhet.runtimes.batched.policy as runtime
 
     default = [item for item in BASE if not item.startswith("run.batched_min_lanes")] + ["run.runtime=batched"]
     exp = build_experiment(load_config(None, default))

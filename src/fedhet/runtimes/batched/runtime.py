@@ -8,14 +8,14 @@ client's trained tensors are loaded back into its Work and `Algorithm.finish` bu
 (client states stay in the in-process format, so checkpoints move between the runtimes). Evaluation is
 inherited from `InProcessClients` (per client, sequential). A method the rule refuses raises one ConfigError
 naming `run.runtime=inprocess`, checked on client 0 before training starts (and on every chunk); there is no
-fallback to sequential training.
+fallback to sequential training for a refused method. Where lanes would not pay (a batch-size group of fewer
+than `run.batched_min_lanes` clients; by default on a CPU, a model above policy.CPU_PAYS_UP_TO parameters) the group's
+clients train one after another with the in-process code, which gives the in-process numbers.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,6 +34,7 @@ from fedhet.errors import TrainingDivergedError
 from fedhet.runtimes.batched.data import BatchStream, ClientRng
 from fedhet.runtimes.batched.lanes import PassRunner
 from fedhet.runtimes.batched.memory import MB, clients_per_chunk, default_budget_bytes, lane_bytes
+from fedhet.runtimes.batched.policy import min_lanes, say_if_slower
 from fedhet.runtimes.batched.rule import (
     GuardedRead,
     LaneWork,
@@ -49,9 +50,6 @@ from fedhet.runtimes.batched.step import Cache, RoutedWork, functional_copies
 from fedhet.runtimes.inprocess import InProcessClients
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
-CPU_MIN_LANES = 8  # run.batched_min_lanes' default on a CPU
-CPU_PAYS_UP_TO = 64_000  # parameters per client: 784-64-10 (51k) trained 1.4x faster as lanes, 2352-32-10 (76k) 0.8x
 
 
 @dataclass
@@ -80,33 +78,9 @@ class BatchedClients(InProcessClients):
         self.cache: Cache = {}
         self.chunk_sizes: dict[int, int] = {}  # batch size -> clients per chunk (the estimate builds a model)
         self.modules = self._probe()
-        self.params = sum(p.numel() for p in self.alg.parts.new().parameters())
-        self._say_if_slower()
-
-    def _say_if_slower(self) -> None:
-        """Goal (c) of the lanes work: where vectorizing cannot pay, say so before the run and do not run slower.
-        On a CPU, clients of more than CPU_PAYS_UP_TO parameters train no faster as lanes than one after another
-        (measured: docs/results/runtimes.md "Lanes"), so by default they train one after another."""
-        if self.exp.device.type == "cpu" and self.params > CPU_PAYS_UP_TO:
-            forced = self.exp.config.run.batched_min_lanes is not None
-            log.warning("run.runtime=batched: a client model of %d parameters on a CPU trains no faster as lanes than "
-                        "one after another (it pays up to ~%d parameters; docs/results/runtimes.md, section Lanes); "
-                        "%s", self.params, CPU_PAYS_UP_TO,
-                        "run.batched_min_lanes is set, so lanes it is" if forced else
-                        "its clients train one after another, as run.runtime=inprocess (run.batched_min_lanes=1 "
-                        "forces lanes)")
-
-    @property
-    def min_lanes(self) -> int:
-        """`run.batched_min_lanes`, or its default: on a CPU 8 (measured: fewer lanes of a tuning population's
-        batch-size groups were slower than one after another; docs/results/runtimes.md "Lanes"), and no lanes at
-        all above CPU_PAYS_UP_TO parameters; 2 on a GPU."""
-        chosen = self.exp.config.run.batched_min_lanes
-        if chosen is not None:
-            return chosen
-        if self.exp.device.type != "cpu":
-            return 2
-        return CPU_MIN_LANES if self.params <= CPU_PAYS_UP_TO else sys.maxsize
+        params, chosen = sum(p.numel() for p in self.alg.parts.new().parameters()), exp.config.run.batched_min_lanes
+        self.min_lanes = min_lanes(chosen, exp.device, params)  # smaller batch-size groups: one after another
+        say_if_slower(chosen, exp.device, params)
 
     @property
     def chunk_size(self) -> int:
