@@ -147,6 +147,7 @@ def test_a_diverging_configuration_scores_worst_and_stops_without_fedpop_g(tmp_p
     sane, wild = pop.members
     assert math.isfinite(sane.history[-1]) and sane.alive
     assert math.isinf(wild.history[-1]) and not wild.alive  # worst score; random search stops training it
+    assert pop.tried.counts()[1] == 2  # the diverged vector was tried too (Table 1)
     pop.play_round(2)
     assert len(sane.history) == 2 and len(wild.history) == 1
     only_wild = [*wide[:-1], "tune.space={client: {train.lr: {type: log_uniform, low: 5, high: 6}}}"]

@@ -50,7 +50,7 @@ class Population:
         self.runner.check_split = "val"
         self.members: list[Member] = []
         self.last_scores: dict[int, list[float]] = {}  # slot -> s_i^k of its active clients, last round
-        self.tried = Tried()  # the distinct alpha / beta that trained (Table 1)
+        self.tried = Tried()  # the distinct alpha / beta that trained, diverged or not (Table 1)
         self.t_g = tune.g_rounds(exp.config.rounds)
 
     def rng(self, purpose: str, rnd: int, slot: int = 0) -> np.random.Generator:
@@ -96,6 +96,8 @@ class Population:
         this round are appended to their histories and kept per client in `last_scores`."""
         sampled = sample_round(self.exp, self.runner.num_train_clients, rnd)
         plans = [plan_round(self, member, rnd, sampled) for member in self.members if member.alive]
+        for plan in plans:  # Table 1 counts every vector that trains, whether or not its training diverges
+            self.tried.note(plan.member.alpha, plan.betas)
         if isinstance(self.runner, BatchedClients):
             fitted = fit_as_lanes(self.runner, rnd, plans, self.states_of)
         else:
@@ -112,16 +114,14 @@ class Population:
                 continue
             member.server = trained.server
             member.clients = {**member.clients, **result[1]}  # only clients that trained keep a state
-            self.after_training(member, rnd, sampled, plan.betas, trained.replies)
+            self.after_training(member, rnd, sampled, trained.replies)
 
-    def after_training(self, member: Member, rnd: int, sampled: list[int], betas: list[HPVector],
-                       replies: list[Reply]) -> None:
+    def after_training(self, member: Member, rnd: int, sampled: list[int], replies: list[Reply]) -> None:
         """The member's score of this round and its searches: FedPop-L, or FedEx's step."""
         scores = [float(r.message.scalars[CHECK_LOSS]) for r in replies]
         self.last_scores[member.slot] = scores
         finite = [x for x in scores if math.isfinite(x)]  # a client with no validation data has none
         member.history.append(statistics.fmean(finite) if finite else math.inf)
-        self.tried.note(member.alpha, betas)
         if self.tune.fedpop_l and self.tune.clients == "ball" and self.space.client.dims:
             self.local_search(member, rnd, scores)  # (a space without client values has no local search)
         if member.fedex is not None:  # FedEx: theta steps on the active clients' validation errors
