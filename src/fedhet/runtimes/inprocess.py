@@ -37,14 +37,18 @@ class InProcessClients:
         run's. With `check_split` set (e.g. "val"), each reply carries the trained model's loss on that split."""
         replies, new_states = [], dict(self.states)
         for cid, msg in messages.items():
-            ctx = self.exp.context(cid, rnd, self.train_data[cid])
-            alg = (algorithms or {}).get(cid, self.alg)
-            check = getattr(ctx.data, self.check_split) if self.check_split else None
-            with seeded(*client_stream(self.exp.config.seed, rnd, cid, FIT)):
-                out, new_states[cid] = fit_client(alg, msg, self.states[cid], ctx, check=check)
-            replies.append(Reply(cid, out, ctx.data.num_train))
+            out, new_states[cid] = self.fit_one(rnd, cid, (algorithms or {}).get(cid, self.alg), msg, self.states[cid])
+            replies.append(Reply(cid, out, self.train_data[cid].num_train))
         self.states = new_states
         return replies
+
+    def fit_one(self, rnd: int, cid: int, alg: Algorithm[Any, Any, Any], msg: Message, state: ClientState
+                ) -> tuple[Message, ClientState]:
+        """One client's fit on its (seed, round, client) RNG; `state` is not modified."""
+        ctx = self.exp.context(cid, rnd, self.train_data[cid])
+        check = getattr(ctx.data, self.check_split) if self.check_split else None
+        with seeded(*client_stream(self.exp.config.seed, rnd, cid, FIT)):
+            return fit_client(alg, msg, state, ctx, check=check)
 
     def evaluate(self, rnd: int, messages: dict[int, Message], split: str) -> dict[str, dict[str, float]]:
         """Metrics of each client in `messages` (its deployed model) on its own split ('test' or 'val')."""

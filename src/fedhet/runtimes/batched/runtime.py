@@ -26,10 +26,10 @@ from torch.utils.data import Dataset
 from fedhet.algorithms.base import Algorithm
 from fedhet.core.contract import ClientState, FitStats, LocalPass
 from fedhet.core.messages import Message, Reply
-from fedhet.core.seeding import FIT, client_stream, seeded
+from fedhet.core.seeding import FIT, client_stream
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.finite import DIVERGED_ADVICE
-from fedhet.engine.local import add_check, fit_client
+from fedhet.engine.local import add_check
 from fedhet.errors import TrainingDivergedError
 from fedhet.runtimes.batched.data import BatchStream, ClientRng
 from fedhet.runtimes.batched.lanes import PassRunner
@@ -170,11 +170,8 @@ class BatchedClients(InProcessClients):
 
     def _fit_one(self, rnd: int, job: FitJob) -> FitOutcome:
         """One job as the in-process runtime fits it (the same code, RNG and result)."""
-        ctx = self.exp.context(job.cid, rnd, self.train_data[job.cid])
-        check = getattr(ctx.data, self.check_split) if self.check_split else None
         try:
-            with seeded(*client_stream(self.exp.config.seed, rnd, job.cid, FIT)):
-                reply, state = fit_client(job.alg, job.msg, job.state, ctx, check=check)
+            reply, state = self.fit_one(rnd, job.cid, job.alg, job.msg, job.state)
         except TrainingDivergedError:
             return FitOutcome(None, job.state)
         return FitOutcome(reply, state)
