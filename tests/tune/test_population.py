@@ -4,6 +4,7 @@ their own local vectors, and every member is scored by its active clients' valid
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from pathlib import Path
@@ -177,3 +178,5 @@ def test_a_job_whose_every_configuration_diverges_after_learning_ends_with_its_r
     assert summary["halted"] == 2 and summary["rounds_completed"] == 2 == result.rounds_completed
     assert math.isfinite(summary["final"]["avg"]["loss"])  # the round-1 state, evaluated on test
     assert (result.run_dir / "tune" / "best_config.yaml").is_file()
+    rows = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows and max(r["round"] for r in rows) == 2  # the curve ends where tuning ended

@@ -179,6 +179,7 @@ class TuningJob:
         for member in trained:
             member.alive = True
         self.halted = rnd
+        self.rows += client_rows(rnd, "test", self.population.evaluate(self.leader(), rnd, "test"))  # the curve's end
 
     def scores(self, members: list[Any]) -> list[float]:
         return [member_score(m.history, self.tune.score, self.tune.gamma_g, window=self.population.t_g)
