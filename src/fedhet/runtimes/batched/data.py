@@ -162,7 +162,7 @@ class BatchStream:
             assert self._batches is not None
             with self.rng.active():
                 return [next(self._batches) for _ in range(count)]
-        if not self._indices and self.drawn == 0:
+        if self.drawn == 0:  # the first read draws the whole pass's index batches
             with self.rng.active(torch_only=True):
                 self._indices = list(pass_indices(len(self._indexed), self._cfg))
             self._indices.reverse()
