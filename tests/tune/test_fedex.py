@@ -47,8 +47,7 @@ def test_a_fedex_job_runs_and_resumes(tmp_path: Path) -> None:
     run_tuning(load_config(None, FEDEX), tmp_path / "p", progress=False, stop_after=2)
     resumed = run_tuning(load_config(None, FEDEX), tmp_path / "p", progress=False, resume=True)
     assert resumed.summary["final"] == whole.summary["final"]
-    _, members, _, _, _ = load_population(tmp_path / "w" / "checkpoints" / FILENAME,
-                                          load_config(None, FEDEX))
+    members = load_population(tmp_path / "w" / "checkpoints" / FILENAME, load_config(None, FEDEX)).members
     for m in members:
         assert m.fedex is not None and len(m.fedex.candidates) == 27 and m.fedex.steps == 4
         assert m.beta0 == m.fedex.mle() and all(b in m.fedex.candidates for b in m.betas)

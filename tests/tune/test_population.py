@@ -180,3 +180,40 @@ def test_a_job_whose_every_configuration_diverges_after_learning_ends_with_its_r
     assert (result.run_dir / "tune" / "best_config.yaml").is_file()
     rows = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows and max(r["round"] for r in rows) == 2  # the curve ends where tuning ended
+
+
+def test_a_job_killed_after_halting_resumes_to_its_end_without_training_on(tmp_path: Path, monkeypatch) -> None:
+    """The halting round's checkpoint says the job halted: a resume after a kill before `finish` finishes the job
+    as it halted (round 2), rather than training the revived configurations on to round 4."""
+    from fedhet.tune.run import TuningJob, run_tuning
+
+    real_round, real_finish = Population.train_round, TuningJob.finish
+    cfg = load_config(None, [*BASE, "rounds=4"])
+    whole = _halting_at_2(monkeypatch, real_round, lambda: run_tuning(cfg, tmp_path / "whole", progress=False))
+
+    def killed(self: TuningJob) -> dict:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(TuningJob, "finish", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _halting_at_2(monkeypatch, real_round, lambda: run_tuning(cfg, tmp_path / "killed", progress=False))
+    monkeypatch.setattr(TuningJob, "finish", real_finish)
+    monkeypatch.setattr(Population, "train_round", real_round)  # a resume that trained would now learn on
+    resumed = run_tuning(cfg, tmp_path / "killed", progress=False, resume=True)
+    assert resumed.summary["halted"] == 2 and resumed.rounds_completed == 2
+    assert resumed.summary["final"] == whole.summary["final"]
+
+
+def _halting_at_2(monkeypatch, real_round, job):  # type: ignore[no-untyped-def]
+    """Run `job` with every live configuration diverging from round 2 on."""
+
+    def train_round(self: Population, rnd: int) -> None:
+        if rnd < 2:
+            return real_round(self, rnd)
+        for member in self.members:
+            if member.alive:
+                self.diverged(member, rnd, "forced")
+        return None
+
+    monkeypatch.setattr(Population, "train_round", train_round)
+    return job()

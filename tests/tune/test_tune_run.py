@@ -39,8 +39,8 @@ def test_a_stopped_job_resumes_to_the_uninterrupted_result(tmp_path: Path) -> No
     for name in ("metrics.jsonl", "tune/members.jsonl", "tune/best_config.yaml"):
         assert (tmp_path / "parts" / name).read_text() == (tmp_path / "whole" / name).read_text()
     cfg = load_config(None, BASE)
-    _, a, _, _, _ = load_population(tmp_path / "whole" / "checkpoints" / FILENAME, cfg)
-    _, b, _, _, _ = load_population(tmp_path / "parts" / "checkpoints" / FILENAME, cfg)
+    a = load_population(tmp_path / "whole" / "checkpoints" / FILENAME, cfg).members
+    b = load_population(tmp_path / "parts" / "checkpoints" / FILENAME, cfg).members
     assert all(torch.equal(x.server.model[k], y.server.model[k]) for x, y in zip(a, b, strict=True)
                for k in x.server.model)
     assert any(m.parent is not None for m in a)  # FedPop-G copied members (T_g = 2)
@@ -130,11 +130,11 @@ def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(tmp_path: Pat
             raise HardKill
         return real_fit(*args, **kwargs)
 
-    def save(path, cfg, rnd, *rest):
-        if where == "before_checkpoint" and rnd == 3:
+    def save(path, cfg, saved):
+        if where == "before_checkpoint" and saved.round == 3:
             raise HardKill  # round 3's member-log lines are written, its checkpoint is not
-        real_save(path, cfg, rnd, *rest)
-        if where == "after_checkpoint" and rnd == 3:
+        real_save(path, cfg, saved)
+        if where == "after_checkpoint" and saved.round == 3:
             raise HardKill  # the checkpoint is written, metrics.jsonl is not
     monkeypatch.setattr(population, "aggregate_round", fit)
     monkeypatch.setattr(run, "save_population", save)

@@ -35,19 +35,33 @@ def tuning_differences(old: dict[str, Any], cfg: ExperimentConfig) -> dict[str, 
     return differences
 
 
-def save_population(path: Path, cfg: ExperimentConfig, rnd: int, members: list[Member], tried: Tried,
-                    rows: list[dict[str, Any]], elapsed: float) -> None:
-    """Write the population after round `rnd` (members as plain fields; tried vectors as sorted lists)."""
-    payload = {"kind": "population", "format": FORMAT, "config": cfg.to_dict(), "round": rnd,
-               "members": [_plain(m) for m in members],
-               "tried": {"alphas": sorted(tried.alphas), "betas": sorted(tried.betas)}, "rows": rows,
-               "elapsed": elapsed}
+@dataclasses.dataclass
+class SavedPopulation:
+    """What a population checkpoint holds besides the config: the last finished round, the members, the tried
+    vectors, the best member's metric rows, the seconds spent, and the round in which every configuration
+    diverged (tuning ended there; None: it did not)."""
+
+    round: int
+    members: list[Member]
+    tried: Tried
+    rows: list[dict[str, Any]]
+    elapsed: float
+    halted: int | None = None
+
+
+def save_population(path: Path, cfg: ExperimentConfig, saved: SavedPopulation) -> None:
+    """Write the population after round `saved.round` (members as plain fields; tried vectors as sorted lists)."""
+    tried = saved.tried
+    payload = {"kind": "population", "format": FORMAT, "config": cfg.to_dict(), "round": saved.round,
+               "members": [_plain(m) for m in saved.members],
+               "tried": {"alphas": sorted(tried.alphas), "betas": sorted(tried.betas)}, "rows": saved.rows,
+               "elapsed": saved.elapsed, "halted": saved.halted}
     atomic_torch_save(payload, path)
 
 
-def load_population(path: Path, cfg: ExperimentConfig) -> tuple[int, list[Member], Tried, list[dict[str, Any]],
-                                                                  float]:
-    """(round, members, tried, rows, elapsed) of a population checkpoint made with this same tuning config."""
+def load_population(path: Path, cfg: ExperimentConfig) -> SavedPopulation:
+    """The population checkpoint at `path`, made with this same tuning config (one written before `halted` was
+    stored reads as not halted)."""
     if not path.exists():
         raise CheckpointError(f"--resume: no population checkpoint at '{path}'; run without --resume to start")
     payload = load_trusted(path, "population checkpoint")
@@ -62,7 +76,9 @@ def load_population(path: Path, cfg: ExperimentConfig) -> tuple[int, list[Member
                for m in payload["members"]]
     seen = payload["tried"]
     tried = Tried(alphas={_key(v) for v in seen["alphas"]}, betas={_key(v) for v in seen["betas"]})
-    return int(payload["round"]), members, tried, list(payload["rows"]), float(payload["elapsed"])
+    halted = payload.get("halted")
+    return SavedPopulation(int(payload["round"]), members, tried, list(payload["rows"]), float(payload["elapsed"]),
+                           None if halted is None else int(halted))
 
 
 def _plain(member: Member) -> dict[str, Any]:

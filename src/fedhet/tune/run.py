@@ -34,7 +34,7 @@ from fedhet.engine.rundir import RunDirectory, RunDirError, check_writable_path,
 from fedhet.engine.signals import StopSignals
 from fedhet.errors import FedhetError
 from fedhet.tune.apply import apply_vector, check_space
-from fedhet.tune.checkpoint import FILENAME, load_population, save_population
+from fedhet.tune.checkpoint import FILENAME, SavedPopulation, load_population, save_population
 from fedhet.tune.config import TuneConfig, resolve_space, tune_config
 from fedhet.tune.fedpop import is_g_round, member_score
 from fedhet.tune.population import Population, global_search_due
@@ -117,8 +117,9 @@ class TuningJob:
 
     def resume(self) -> None:
         """The population of the last finished round; the member log loses what came after it."""
-        self.round, members, tried, self.rows, self.elapsed = load_population(self.checkpoint, self.cfg)
-        self.population.members, self.population.tried = members, tried
+        saved = load_population(self.checkpoint, self.cfg)
+        self.round, self.rows, self.elapsed, self.halted = saved.round, saved.rows, saved.elapsed, saved.halted
+        self.population.members, self.population.tried = saved.members, saved.tried
         if self.members_log.is_file():
             kept = [line for line in self.members_log.read_text().splitlines() if _round_of(line) <= self.round]
             atomic_write_text(self.members_log, "".join(line + "\n" for line in kept))
@@ -128,7 +129,7 @@ class TuningJob:
                    desc=f"tune {self.cfg.variant}")
         with StopSignals() as signals:
             try:
-                for rnd in range(self.round + 1, self.cfg.rounds + 1):
+                for rnd in range(self.round + 1, self.cfg.rounds + 1) if self.halted is None else ():
                     start = time.perf_counter()
                     self.play(rnd)
                     self.elapsed += time.perf_counter() - start
@@ -201,7 +202,8 @@ class TuningJob:
                 log.write(json.dumps({"round": rnd, "slot": m.slot, "alive": m.alive, "parent": m.parent,
                                       "born": m.born, "score": m.history[-1] if m.history else None,
                                       **m.values(pop.space)}) + "\n")
-        save_population(self.checkpoint, self.cfg, rnd, pop.members, pop.tried, self.rows, self.elapsed)
+        save_population(self.checkpoint, self.cfg,
+                        SavedPopulation(rnd, pop.members, pop.tried, self.rows, self.elapsed, self.halted))
         self.round = rnd
         self.dir.write_metrics(self.rows)
 
