@@ -49,7 +49,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if result.summary:
         _print_final(result.summary["final"])
         chosen = result.summary["tune"]
-        print(f"best configuration (member {chosen['selected']}): "
+        rule = "validation" if chosen["select"] == "val" else "test"
+        print(f"best configuration (member {chosen['selected']}, highest mean {rule} accuracy at the end; the "
+              "progress bar ranks by validation loss): "
               + ", ".join(f"{k}={v}" for k, v in chosen["values"].items()))
         print(f"run it: fedhet run {result.run_dir / 'tune' / 'best_config.yaml'}")
     else:

@@ -42,7 +42,7 @@ class TuneConfig:
     score: str = "powerlaw"  # FedPop-G's score of a configuration: powerlaw | avg | last (App. Table 5)
     eta: int = 3  # SHA: keep the best 1/eta at each elimination
     eliminations: int = 3  # SHA: eliminations (27 -> 9 -> 3 -> 1)
-    select: str = "val"  # the final configuration by validation loss (ours) or test accuracy (the paper's RS)
+    select: str = "val"  # the final configuration: best mean validation accuracy (ours) or test accuracy (paper's RS)
     sampling: str = "shared"  # the active clients: the same for every configuration in a round, or per member
     budget: int | None = None  # R_t, rounds over all configurations: RS checks N_c R_c <= R_t; SHA sizes its stages
 
