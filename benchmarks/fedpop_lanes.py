@@ -15,12 +15,17 @@ runtimes do it, no image transforms). Four timings of the same work, median of `
 Goals: batched_steps / bare_vmap <= 1.2 (a; batched / bare_vmap beside it); inprocess / batched >= 4 for the
 60-20-10 MLP (b); batched never slower than inprocess by more than 10% (c).
 
+`compiled`: the plain vmap step of `micro` eager and under `torch.compile` (inductor; needs a C++ compiler on a CPU),
+with the time to compile (the first call, a cold or warm inductor cache as it comes): what a compiled vectorized step
+could give the batched runtime, which does not compile its steps (docs/results/runtimes.md "Lanes").
+
 `tune`: one FedPop job (RS + FedPop, 5 configurations) on Synthetic(0.5, 0.5) with the 60-20-10 MLP, timed end
 to end with `run.runtime=inprocess` and `run.runtime=batched` (goal d: >= 3x), with the paper's client space and
 with the batch size fixed (the space then has no value that splits lanes into groups).
 
     python benchmarks/fedpop_lanes.py micro --out docs/results/fedpop_lanes_micro.json
     python benchmarks/fedpop_lanes.py tune --rounds 10 --out docs/results/fedpop_lanes_tune.json
+    python benchmarks/fedpop_lanes.py compiled --out docs/results/fedpop_lanes_compiled.json
 """
 
 from __future__ import annotations
@@ -80,8 +85,9 @@ def timed(fn: Callable[[], Any], repeats: int) -> float:
     return statistics.median(times)
 
 
-def bare(exp: Experiment, steps: int) -> tuple[Callable[[], None], Callable[[], None]]:
-    """The plain sequential loop and the plain vmap loop over the same pre-drawn batches."""
+def bare(exp: Experiment, steps: int, compiled: bool = False) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The plain sequential loop and the plain vmap loop over the same pre-drawn batches (`compiled`: the vmap
+    loop's step under `torch.compile`)."""
     dev = exp.device
     model = exp.algorithm.parts.new().to(dev)
     gen = torch.Generator().manual_seed(0)
@@ -107,13 +113,18 @@ def bare(exp: Experiment, steps: int) -> tuple[Callable[[], None], Callable[[], 
     def lane_loss(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return loss(functional_call(model, p, (x,)), y)
 
-    step = vmap(grad(lane_loss))
+    grads = vmap(grad(lane_loss))
+
+    def sgd(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        g = grads(p, x, y)
+        return {k: v - LR * g[k] for k, v in p.items()}
+
+    step = torch.compile(sgd) if compiled else sgd
 
     def vectorized() -> None:
         p = {k: v.unsqueeze(0).expand(CLIENTS, *v.shape).clone() for k, v in params.items()}
         for t in range(steps):
-            g = step(p, xs[t], ys[t])
-            p = {k: v - LR * g[k] for k, v in p.items()}
+            p = step(p, xs[t], ys[t])
 
     return sequential, vectorized
 
@@ -178,6 +189,22 @@ def micro(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def compiled(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    for d_in, hidden in SIZES:
+        exp = experiment(d_in, hidden, args.steps, args.device)
+        _, eager = bare(exp, args.steps)
+        _, fast = bare(exp, args.steps, compiled=True)
+        start = time.perf_counter()
+        fast()  # the first call compiles
+        row: dict[str, Any] = {"mlp": f"{d_in}-{hidden}-10", "compile_s": time.perf_counter() - start,
+                               "bare_vmap_s": timed(eager, args.repeats), "compiled_vmap_s": timed(fast, args.repeats)}
+        row["eager_over_compiled"] = row["bare_vmap_s"] / row["compiled_vmap_s"]
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
 def tune(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     base = ["data.dataset=synthetic_a05_b05", "model.name=mlp", "model.args={hidden: [20]}", "data.val_fraction=0.2",
@@ -205,7 +232,7 @@ def tune(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=["micro", "tune"])
+    parser.add_argument("part", choices=["micro", "compiled", "tune"])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=10)
@@ -214,7 +241,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    rows = micro(args) if args.part == "micro" else tune(args)
+    rows = {"micro": micro, "compiled": compiled, "tune": tune}[args.part](args)
     payload = {"benchmark": f"fedpop_lanes_{args.part}", "torch": torch.__version__,
                "python": platform.python_version(), "machine": platform.machine(), "threads": args.threads,
                "args": vars(args), "results": rows}
