@@ -196,13 +196,14 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
         return loss
 
     def finish(self, work: FedBiPWork, state: ClientState, stats: FitStats) -> tuple[Message, ClientState]:
-        """The one upload: {z(T), y}, S, V (and the classifier input geometry). The client keeps nothing."""
+        """The one upload: {z(T), y}, S, V. Its only scalars are metadata: the classifier input geometry, the
+        concept steps and the client's seconds (the cost table); no loss or other statistic of the images. The
+        client keeps nothing."""
         if work.cached is not None:
             return Message(arrays=work.cached["arrays"], scalars=dict(work.cached["scalars"])), state
         upload = FedBiPUpload(work.noised.float(), work.labels.long(), work.concepts["domain"].detach().float(),
                               work.concepts["classes"].detach().float())
-        scalars: dict[str, Any] = {"train_loss": stats.loss, "steps": stats.steps,
-                                   "seconds": time.perf_counter() - work.began}
+        scalars: dict[str, Any] = {"steps": stats.steps, "seconds": time.perf_counter() - work.began}
         scalars.update(zip(GEOMETRY, work.geometry, strict=True))
         if work.upload_file is not None:
             atomic_torch_save({"arrays": upload.tensors(), "scalars": scalars}, work.upload_file)

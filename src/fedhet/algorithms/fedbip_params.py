@@ -25,7 +25,8 @@ class FedBiPParams:
     (`template` with {domain} / {class}, `n_domain` / `n_class` slots, injection `mode` token | output), the
     concept learning (Eq. 4: `concept_epochs`, `concept_batch_size`, `concept_lr`, `init` random | words), the
     instance latents (`posterior`, `singleton`), what is personalized (`personalize`, Table 3), generation
-    (`multiplier` or `size` S / M / L, `steps`, `guidance_scale`, `domain_noise` σ, `noise_per`, `spacing`,
+    (`multiplier`, or `size` S / M / L, which when set replaces it, so a variant's size overrides a base
+    config's multiplier; `steps`, `guidance_scale`, `domain_noise` σ, `noise_per`, `spacing`,
     `generation_batch_size`, `chunk` images per cache file, `cache` generated chunks in `cache_dir`, None: fedhet's
     cache folder),
     the classifier (`classifier_epochs`; optimizer, lr and batch size from `train`), the words of the
