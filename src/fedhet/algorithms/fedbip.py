@@ -118,9 +118,12 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
             p = self.params
             try:
                 parts = load_components(p.ldm, self.device)
-                cached = PromptEncoder(parts, p.template, p.n_domain, p.n_class, p.mode)
             except FedhetError as err:
                 raise ConfigError(f"fedbip method_args.ldm '{p.ldm}': {err}") from err
+            try:  # the template's slots as this LDM's tokenizer splits them
+                cached = PromptEncoder(parts, p.template, p.n_domain, p.n_class, p.mode)
+            except FedhetError as err:
+                raise ConfigError(f"fedbip method_args.template '{p.template}' with the LDM '{p.ldm}': {err}") from err
             check_frozen(cached)
             self.__dict__["_encoder"] = cached
         return cached
