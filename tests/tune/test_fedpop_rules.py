@@ -1,12 +1,13 @@
 """FedPop's decision rules (spec fedpop.md Alg. 1, Eq. 5): the power-law score weights the newest round most,
 the quantile split keeps the lowest losses on top and the highest at the bottom (ties by index), FedPop-L
 replaces exactly the worst local vectors with Delta-ball vectors and stops after 0.2 T_g rounds, FedPop-G
-replaces exactly the worst floor(n/3) members from the best ones, and a seed fixes every decision."""
+replaces exactly the worst ceil(0.3 n) members from the best ones, and a seed fixes every decision."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -41,7 +42,7 @@ CLIENT = make_space({"train.lr": {"type": "log_uniform", "low": -4, "high": 0, "
                      "train.local_epochs": {"type": "int", "low": 1, "high": 5},
                      "train.batch_size": {"type": "log2_int", "low": 3, "high": 7}})
 BETA0 = {"train.lr": -2.0, "train.momentum": 0.5, "train.local_epochs": 2, "train.batch_size": 2}
-# distinct losses of 10 active clients; the worst floor(10/3) = 3 are slots 1, 4, 8 and the best 3 are 0, 5, 6
+# distinct losses of 10 active clients; the worst ceil(0.3 * 10) = 3 are slots 1, 4, 8 and the best 3 are 0, 5, 6
 SCORES = [0.20, 2.50, 0.90, 1.00, 3.00, 0.10, 0.30, 1.20, 2.00, 0.95]
 WORST, BEST = (1, 4, 8), (0, 5, 6)
 
@@ -71,17 +72,21 @@ def test_the_score_window_is_the_last_rounds_and_an_empty_history_is_an_error() 
 
 
 # ---------------------------------------------------------------- quantiles
-@pytest.mark.parametrize("n,q", [(2, 1), (3, 1), (9, 3), (27, 9)])
-def test_rank_split_takes_floor_n_over_rho_lowest_on_top_and_highest_at_the_bottom(n: int, q: int) -> None:
+@pytest.mark.parametrize("rule,n,q", [("rank", 2, 1), ("rank", 3, 1), ("rank", 5, 1), ("rank", 9, 3), ("rank", 10, 3),
+                                      ("rank", 27, 9), ("official", 2, 1), ("official", 3, 1), ("official", 4, 2),
+                                      ("official", 5, 2), ("official", 7, 3), ("official", 10, 3),
+                                      ("official", 11, 4), ("official", 27, 9)])
+def test_rank_splits_take_their_group_size_lowest_on_top_and_highest_at_the_bottom(rule: str, n: int, q: int) -> None:
+    """`official`: ceil(0.3 n) (the official code); `rank`: floor(n / rho) (ours)."""
     scores = np.random.default_rng(n).permutation(n).astype(float)  # score = rank: 0 best
-    top, bottom = split_quantiles(list(scores))
+    top, bottom = split_quantiles(list(scores), rule=rule)
     assert sorted(scores[list(top)]) == list(range(q))
     assert sorted(scores[list(bottom)]) == list(range(n - q, n))
     assert list(top) == sorted(top) and list(bottom) == sorted(bottom)
 
 
 def test_rank_split_of_one_score_replaces_nothing_and_bad_arguments_are_errors() -> None:
-    assert split_quantiles([0.4]) == ((0,), ())
+    assert split_quantiles([0.4]) == ((0,), ()) == split_quantiles([0.4], rule="rank")
     assert split_quantiles([0.4, 0.1]) == ((1,), (0,))
     with pytest.raises(ValueError, match="no scores"):
         split_quantiles([])
@@ -105,7 +110,7 @@ def test_quantile_split_uses_the_literal_thresholds() -> None:
     assert split_quantiles([0.4], rule="quantile") == ((0,), (0,))
     # n = 4: the quantiles at positions 1 and 2 are 1.0 and 5.0, so half on each side (rank: one each)
     assert split_quantiles([0.0, 1.0, 5.0, 6.0], rule="quantile") == ((0, 1), (2, 3))
-    assert split_quantiles([0.0, 1.0, 5.0, 6.0]) == ((0,), (3,))
+    assert split_quantiles([0.0, 1.0, 5.0, 6.0], rule="rank") == ((0,), (3,))
     assert split_quantiles([0.0, 1.0, 5.0, 6.0, 7.0], rule="quantile") == ((0, 1), (3, 4))  # 2.33 and 5.67
     assert split_quantiles([0.0, 1.0, 5.0, 6.0], rho=2, rule="quantile") == ((0, 1), (2, 3))
     assert split_quantiles([0.2, float("nan"), 0.1], rule="quantile") == ((2,), (0, 1))  # over 0.1, 0.2
@@ -204,7 +209,7 @@ def run_g(n: int, seed: int = 1, eps: float = 0.1, p_re: float = 0.0) -> list[Re
 def test_fedpop_g_replaces_exactly_the_worst_members_from_the_best(n: int) -> None:
     alphas, beta0s, scores = population(n)
     before = copy.deepcopy((alphas, beta0s))
-    q = max(1, n // 3)
+    q = math.ceil(0.3 * n)  # the official group size
     tops: set[int] = set()
     for seed in range(30):
         reps = fedpop_g(alphas, beta0s, scores, 0.1, 0.1, np.random.default_rng(seed), SERVER, CLIENT)

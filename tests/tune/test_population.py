@@ -83,7 +83,7 @@ def test_fedpop_g_gives_the_worst_member_a_copy_of_a_top_members_federation() ->
     before = [dict(m.alpha) for m in pop.members]
     pop.play_round(2)
     children = [m for m in pop.members if m.parent is not None]
-    assert len(children) == 1  # floor(3 / rho) with rho = 3
+    assert len(children) == 1  # ceil(0.3 * 3)
     child, parent = children[0], pop.members[children[0].parent]
     assert parent.parent is None and child.born == 2 and child.history == [] and child.betas == []
     assert all(torch.equal(child.server.model[k], parent.server.model[k]) for k in parent.server.model)
@@ -217,3 +217,56 @@ def _halting_at_2(monkeypatch, real_round, job):  # type: ignore[no-untyped-def]
 
     monkeypatch.setattr(Population, "train_round", train_round)
     return job()
+
+
+def test_fedpop_l_ranks_local_vectors_by_their_discounted_losses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The official code's FedPop-L score: the 0.9-discounted mean of each local vector's losses since it was set
+    (`tune.l_score: round`: this round's alone); a replaced vector starts a new list, a kept one extends its own."""
+    import fedhet.tune.population as population_module
+
+    seen: list[list[float]] = []
+    real = population_module.fedpop_l
+
+    def recording(betas, scores, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(list(scores))
+        return real(betas, scores, *args, **kwargs)
+
+    monkeypatch.setattr(population_module, "fedpop_l", recording)
+    for rule in ("discounted", "round"):
+        pop = started("tune.fedpop_l=true", "tune.clients=ball", "rounds=40", f"tune.l_score={rule}")  # window: 1
+        member = pop.members[0]
+        member.betas = [dict(member.beta0) for _ in range(3)]
+        member.betas[2] = {**member.beta0, "train.lr": -1.9}
+        member.beta_history = [[4.0, 1.0], [1.0, 1.0], [2.0]]  # old losses of slots 0-2
+        pop.local_search(member, 1, [1.0, 3.0, 5.0])
+        w2, w = 0.81, 0.9  # the newest loss weighted 1
+        expected = ([(w2 * 4 + w * 1 + 1) / (w2 + w + 1), (w2 * 1 + w * 1 + 3) / (w2 + w + 1), (w * 2 + 5) / (w + 1)]
+                    if rule == "discounted" else [1.0, 3.0, 5.0])
+        assert seen[-1] == pytest.approx(expected)
+        assert member.betas[2] != {**member.beta0, "train.lr": -1.9}  # the worst slot was replaced ...
+        assert member.beta_history == [[4.0, 1.0, 1.0], [1.0, 1.0, 3.0], []]  # ... and its list restarts
+
+
+def test_last_weighted_scores_a_member_by_its_last_rounds_validation_size_weighted_loss() -> None:
+    """`tune.score: last_weighted` (the official code's FedPop-G score) weights each active client's validation
+    loss by its validation-set size; `history` (the paper's scores) keeps the plain mean."""
+    import dataclasses
+
+    from torch.utils.data import TensorDataset
+
+    from fedhet.core.messages import Message, Reply
+    from fedhet.tune.fitting import CHECK_LOSS
+
+    pop = started("tune.score=last_weighted")
+    clients = list(pop.exp.data.clients)
+    for cid, n in ((0, 1), (1, 3)):
+        clients[cid] = dataclasses.replace(clients[cid], val=TensorDataset(torch.zeros(n, 1)))
+    pop.exp = dataclasses.replace(pop.exp, data=dataclasses.replace(pop.exp.data, clients=clients))
+    member = pop.members[0]
+    replies = [Reply(cid, Message(scalars={CHECK_LOSS: loss, "check_accuracy": 0.5}), 10)
+               for cid, loss in ((0, 1.0), (1, 3.0))]
+    pop.after_training(member, 1, [0, 1], replies)
+    assert member.history == [2.0] and member.weighted_last == pytest.approx((1 * 1.0 + 3 * 3.0) / 4)
+    assert pop.scores([member]) == [member.weighted_last]
+    pop.tune.score = "last"
+    assert pop.scores([member]) == [2.0]

@@ -20,6 +20,7 @@ def test_defaults_are_the_papers() -> None:
     tune = tune_config(load_config(None, VAL))
     assert (tune.wrapper, tune.num_configs, tune.rho, tune.eps0, tune.p_re0, tune.gamma_g) == ("rs", 5, 3, 0.1, 0.1,
                                                                                                 0.9)
+    assert tune.split == "official"  # the official code's group size, ceil(0.3 n)
     assert tune.g_rounds(800) == 80 and tune.g_rounds(5) == 1  # T_g = 0.1 R_c, at least one round
     assert tune_config(load_config(None, [*VAL, "tune.wrapper=sha"])).num_configs == 27
 
@@ -30,6 +31,8 @@ def test_defaults_are_the_papers() -> None:
     (["tune.clients=fixed"], "tune.fedpop_l evolves the Delta-ball's local vectors"),
     (["tune.wrapper=sha", "tune.configs=9"], "start at least 27"),
     (["tune.rho=1"], "tune.rho must be an integer >= 2"),
+    (["tune.rho=4"], "set tune.split=rank to use rho"),
+    (["tune.split=median"], "tune.split"),
     (["tune.g_interval=0"], r"tune.g_interval must be in \(0, 1\]"),
     (["tune.p_re0=1.5"], r"tune.p_re0 must be in \[0, 1\]"),
 ])

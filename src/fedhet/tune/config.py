@@ -18,7 +18,9 @@ from fedhet.tune.space import SearchSpace, load_space, parse_space
 
 WRAPPERS = ("rs", "sha")
 CLIENT_VECTORS = ("fixed", "ball", "fedex")
-SCORES = ("powerlaw", "avg", "last")
+SCORES = ("powerlaw", "avg", "last", "last_weighted")
+L_SCORES = ("discounted", "round")
+SPLITS = ("official", "rank", "quantile")
 SELECTIONS = ("val", "test")
 SAMPLINGS = ("shared", "per_member")
 
@@ -33,13 +35,15 @@ class TuneConfig:
     clients: str = "ball"  # active clients' local vectors: fixed (= beta0) | ball (Delta-ball) | fedex (baseline)
     fedpop_l: bool = True  # FedPop-L: replace the worst local vectors each round (needs clients: ball)
     fedpop_g: bool = True  # FedPop-G: replace the worst configurations every T_g rounds, copying weights
-    rho: int = 3  # quantile coefficient: the best / worst 1/rho are top / bottom
+    split: str = "official"  # top / bottom groups: official (ceil(0.3 n), the official code's) | rank (floor(n/rho))
+    rho: int = 3  # quantile coefficient of the rank / quantile splits: the best / worst 1/rho are top / bottom
     eps0: float = 0.1  # initial perturbation intensity of Evo (Eq. 3)
     p_re0: float = 0.1  # initial resampling probability of Evo
     g_interval: float = 0.1  # T_g as a share of the rounds (R_c)
     l_window: float = 0.2  # FedPop-L runs for this share of T_g after a configuration's (re)initialisation
     gamma_g: float = 0.9  # power-law decay of FedPop-G's scores (Eq. 5)
-    score: str = "powerlaw"  # FedPop-G's score of a configuration: powerlaw | avg | last (App. Table 5)
+    score: str = "powerlaw"  # FedPop-G's / SHA's score: powerlaw (Eq. 5) | avg | last (App. Table 5) | last_weighted
+    l_score: str = "discounted"  # FedPop-L's score of a local vector: discounted (0.9, official code) | round
     eta: int = 3  # SHA: keep the best 1/eta at each elimination
     eliminations: int = 3  # SHA: eliminations (27 -> 9 -> 3 -> 1)
     select: str = "val"  # the final configuration: best mean validation accuracy (ours) or test accuracy (paper's RS)
@@ -50,6 +54,7 @@ class TuneConfig:
         for value, choices, what in ((self.wrapper, WRAPPERS, "tune.wrapper"),
                                      (self.clients, CLIENT_VECTORS, "tune.clients"),
                                      (self.score, SCORES, "tune.score"), (self.select, SELECTIONS, "tune.select"),
+                                     (self.split, SPLITS, "tune.split"), (self.l_score, L_SCORES, "tune.l_score"),
                                      (self.sampling, SAMPLINGS, "tune.sampling")):
             if value not in choices:
                 raise unknown_choice(what, value, choices)
@@ -64,6 +69,9 @@ class TuneConfig:
             if isinstance(value, bool) or not isinstance(value, int | float) or not (
                     0 < value <= 1 if low_open else 0 <= value <= 1):
                 raise ConfigError(f"tune.{name} must be in {'(0, 1]' if low_open else '[0, 1]'}, got {value!r}")
+        if self.split == "official" and self.rho != 3:
+            raise ConfigError(f"tune.rho={self.rho} sizes the rank and quantile splits; the official split is "
+                              "ceil(0.3 n) whatever rho: set tune.split=rank to use rho")
         if self.fedpop_l and self.clients != "ball":
             raise ConfigError(f"tune.fedpop_l evolves the Delta-ball's local vectors; it needs tune.clients=ball "
                               f"(got {self.clients}); set tune.fedpop_l=false for clients={self.clients}")

@@ -11,7 +11,8 @@
 * `g_interval` / `is_g_round`: T_g = 0.1 R_c and the rounds FedPop-G runs in; `Tried` counts Table 1's vectors.
 
 Where the paper is silent (spec §7.3), our choices, each documented where it is made: the score window (the last
-T_g rounds), rank-based quantiles with index tie-breaks (`rule="quantile"` for the literal thresholds), a
+T_g rounds), rank-based groups with index tie-breaks (the official code's ceil(0.3 n); `rule="rank"` for
+floor(n / rho), `rule="quantile"` for the literal thresholds), a
 non-finite score ranks worst, all replacements of one call read the inputs (simultaneous, not sequential).
 """
 
@@ -27,10 +28,11 @@ from fedhet.tune.space import HPVector, Space
 
 RHO = 3  # quantile coefficient rho (spec §2.10)
 GAMMA_G = 0.9  # power-law decay gamma_g of FedPop-G's scores (Eq. 5)
+L_GAMMA = 0.9  # the official code's discount of a local vector's losses (FedPop-L's score)
 G_SHARE = 0.1  # T_g as a share of R_c (§2.10)
 L_WINDOW = 0.2  # FedPop-L runs for the first L_WINDOW * T_g rounds of a member's life (§2.4)
 SCORE_RULES = ("powerlaw", "avg", "last")
-SPLIT_RULES = ("rank", "quantile")
+SPLIT_RULES = ("official", "rank", "quantile")
 PLAIN_EVO = EvoOptions()  # Evo's defaults (clip, at-least-one discrete step)
 
 
@@ -71,14 +73,17 @@ def _worst_last(scores: Sequence[float]) -> np.ndarray:
 
 
 def split_quantiles(scores: Sequence[float], rho: int = RHO,
-                    rule: str = "rank") -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(top, bottom): the indices, ascending, of the best (lowest) and worst (highest) 1/rho of `scores`.
+                    rule: str = "official") -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(top, bottom): the indices, ascending, of the best (lowest) and worst (highest) share of `scores`.
 
     Alg. 1 writes quantile thresholds (bottom: s >= the (rho-1)/rho-quantile, top: s <= the 1/rho-quantile),
     which with ties or few scores can pick many, none-of-the-intended or overlapping sets (spec §7.3).
-    * `rank` (ours, the default): order by (score, index) and take q = floor(n / rho) from each end, at least 1
-      each when n >= 2; the sets never overlap; equal scores go to the lower index first, so the top keeps the
-      lowest indices and the bottom takes the highest. n = 1 gives ((0,), ()): nothing to replace.
+    * `official` (the default, the official code's group size): order by (score, index) and take
+      q = ceil(0.3 n) from each end (`rho` is not used); n = 5 gives 2 and 2, n = 10 gives 3 and 3.
+    * `rank` (ours, rho's share): the same order, q = floor(n / rho) from each end, at least 1 each when n >= 2.
+    Under both the sets never overlap (2q <= n for n >= 2), equal scores go to the lower index first, so the
+    top keeps the lowest indices and the bottom takes the highest, and n = 1 gives ((0,), ()): nothing to
+    replace (ours: the official code's rule would make the one member its own parent).
     * `quantile`: the literal thresholds with `np.quantile`'s default (linear) interpolation; the sets can
       overlap (all scores equal: every index is in both) and n = 1 gives ((0,), (0,)).
     NaN and +inf (a diverged model) rank worst under both rules; `quantile` takes its thresholds over the finite
@@ -92,11 +97,11 @@ def split_quantiles(scores: Sequence[float], rho: int = RHO,
     n = len(s)
     if n == 0:
         raise ValueError("split_quantiles: no scores")
-    if rule == "rank":
+    if rule != "quantile":
         order = [int(i) for i in np.lexsort((np.arange(n), s))]  # by score, then by index
         if n == 1:
             return (order[0],), ()
-        q = max(1, n // rho)  # 2q <= n as rho >= 2: the two ends never meet
+        q = (3 * n + 9) // 10 if rule == "official" else max(1, n // rho)  # ceil(0.3 n) in integers
         return tuple(sorted(order[:q])), tuple(sorted(order[n - q:]))
     finite = s[np.isfinite(s)]
     if finite.size == 0:
@@ -132,7 +137,7 @@ def _into_bounds(space: Space, vec: Mapping[str, float]) -> HPVector:
 def fedpop_l(betas: Sequence[Mapping[str, float]], scores: Sequence[float], beta0: Mapping[str, float],
              eps: float, p_re: float, rng: np.random.Generator, space: Space,
              options: EvoOptions = PLAIN_EVO, *, rounds_since_init: int, t_g: int, share: float = L_WINDOW,
-             rho: int = RHO, rule: str = "rank", radius: float = BALL_RADIUS) -> list[HPVector]:
+             rho: int = RHO, rule: str = "official", radius: float = BALL_RADIUS) -> list[HPVector]:
     """FedPop-L (Alg. 1) on one member's local vectors: `betas[k]` trained the k-th active client this round
     and scored `scores[k]` (its locally trained model's validation loss, §2.5).
 
@@ -172,7 +177,7 @@ class Replacement:
 def fedpop_g(alphas: Sequence[Mapping[str, float]], beta0s: Sequence[Mapping[str, float]],
              scores: Sequence[float], eps: float, p_re: float, rng: np.random.Generator, server_space: Space,
              client_space: Space, options: EvoOptions = PLAIN_EVO, rho: int = RHO, *,
-             rule: str = "rank") -> list[Replacement]:
+             rule: str = "official") -> list[Replacement]:
     """FedPop-G (Alg. 1) over the live members: `scores[i]` is member i's `member_score` (lower is better).
 
     Each bottom member i_b (in index order) gets a top member i_t drawn uniformly (one `rng.integers`), then

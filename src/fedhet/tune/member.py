@@ -22,9 +22,11 @@ MAX_CACHED = 1024
 @dataclass
 class Member:
     """A configuration and its federation. `betas` are beta^1..beta^K of the current local search (empty:
-    resample around `beta0` next round, spec §2.2); `history` holds s_i per round (the mean validation loss of
-    its active clients, §2.5) since it was (re)initialised in round `born`; `parent` is the slot it was copied
-    from by FedPop-G (None for an initial configuration)."""
+    resample around `beta0` next round, spec §2.2) and `beta_history[k]` the validation losses beta^k scored
+    since it was set (FedPop-L's discounted score); `history` holds s_i per round (the mean validation loss of
+    its active clients, §2.5) since it was (re)initialised in round `born`, `weighted_last` the last round's
+    validation-size-weighted mean (the official code's FedPop-G score); `parent` is the slot it was copied from
+    by FedPop-G (None for an initial configuration)."""
 
     slot: int
     alpha: HPVector
@@ -32,7 +34,9 @@ class Member:
     server: Any
     clients: dict[int, ClientState] = field(default_factory=dict)
     betas: list[HPVector] = field(default_factory=list)
+    beta_history: list[list[float]] = field(default_factory=list)
     history: list[float] = field(default_factory=list)
+    weighted_last: float = float("inf")
     born: int = 0
     parent: int | None = None
     alive: bool = True

@@ -31,7 +31,7 @@ from fedhet.runtimes.inprocess import InProcessClients
 from fedhet.tune.config import TuneConfig
 from fedhet.tune.evo import anneal, delta_ball
 from fedhet.tune.fedex import fedex_draw, fedex_start, fedex_step
-from fedhet.tune.fedpop import Tried, fedpop_g, fedpop_l, is_g_round, member_score
+from fedhet.tune.fedpop import L_GAMMA, Tried, fedpop_g, fedpop_l, is_g_round, member_score
 from fedhet.tune.fitting import CHECK_LOSS, MemberRound, fit_as_lanes, fit_in_process
 from fedhet.tune.member import Member, MethodCopies
 from fedhet.tune.space import HPVector, SearchSpace
@@ -81,6 +81,7 @@ class Population:
             return [dict(member.beta0) for _ in range(k)]
         if len(member.betas) != k:
             member.betas = delta_ball(self.space.client, member.beta0, k, self.rng("ball", rnd, member.slot))
+            member.beta_history = [[] for _ in member.betas]
         return member.betas
 
     def play_round(self, rnd: int) -> None:
@@ -122,6 +123,10 @@ class Population:
         self.last_scores[member.slot] = scores
         finite = [x for x in scores if math.isfinite(x)]  # a client with no validation data has none
         member.history.append(statistics.fmean(finite) if finite else math.inf)
+        sizes = [len(self.exp.data.clients[cid].val) for cid in sampled]  # type: ignore[arg-type]
+        weighted = [(x, n) for x, n in zip(scores, sizes, strict=True) if math.isfinite(x) and n]
+        member.weighted_last = (sum(x * n for x, n in weighted) / sum(n for _, n in weighted) if weighted
+                                else math.inf)
         if self.tune.fedpop_l and self.tune.clients == "ball" and self.space.client.dims:
             self.local_search(member, rnd, scores)  # (a space without client values has no local search)
         if member.fedex is not None:  # FedEx: theta steps on the active clients' validation errors
@@ -134,17 +139,27 @@ class Population:
         log.info("tune: configuration %d diverged in round %d (%s)", member.slot, rnd, why)
         member.history.append(math.inf)
         self.last_scores[member.slot] = []
+        member.weighted_last = math.inf
         member.alive = member.alive and self.tune.fedpop_g
 
     def local_search(self, member: Member, rnd: int, scores: list[float]) -> None:
         """FedPop-L (Alg. 1): the member's worst local vectors become Evo-perturbed copies of its best, for the
-        first l_window * T_g rounds after its (re)initialisation (eps annealed over that window, p_re over R_c)."""
+        first l_window * T_g rounds after its (re)initialisation (eps annealed over that window, p_re over R_c).
+        Each local vector is ranked by the 0.9-discounted mean of the losses it scored since it was set (the
+        official code's; `tune.l_score: round`: this round's loss alone); a replaced one starts a new list."""
         since = rnd - member.born - 1
         t = self.tune
-        member.betas = fedpop_l(member.betas, scores, member.beta0, anneal(t.eps0, since, t.l_window * self.t_g),
-                                anneal(t.p_re0, rnd, self.exp.config.rounds), self.rng("L", rnd, member.slot),
-                                self.space.client, rounds_since_init=since, t_g=self.t_g, share=t.l_window,
-                                rho=t.rho)
+        history = member.beta_history if len(member.beta_history) == len(scores) else [[] for _ in scores]
+        for losses, x in zip(history, scores, strict=True):
+            losses.append(x)
+        ranked = scores if t.l_score == "round" else [member_score(h, "powerlaw", L_GAMMA) for h in history]
+        betas = fedpop_l(member.betas, ranked, member.beta0, anneal(t.eps0, since, t.l_window * self.t_g),
+                         anneal(t.p_re0, rnd, self.exp.config.rounds), self.rng("L", rnd, member.slot),
+                         self.space.client, rounds_since_init=since, t_g=self.t_g, share=t.l_window,
+                         rho=t.rho, rule=t.split)
+        member.beta_history = [h if new == old else [] for h, new, old in zip(history, betas, member.betas,
+                                                                             strict=True)]
+        member.betas = betas
 
     def fedex_choice(self, member: Member, rnd: int, k: int) -> list[int]:
         """The candidate each of the round's k active clients trains with, drawn from the member's theta on the
@@ -162,21 +177,31 @@ class Population:
         member.beta0 = member.fedex.mle()
 
     def global_search(self, rnd: int) -> None:
-        """FedPop-G (Alg. 1): the bottom 1/rho of the live members by their power-law score take a top member's
+        """FedPop-G (Alg. 1): the bottom group of the live members by their score (`tune.split`) take a top member's
         weights, server state (its optimizer's too) and client states, and Evo of its (alpha, beta^0); their
         local vectors are resampled next round and their score history restarts."""
         live = [m for m in self.members if m.alive]
         t, rounds = self.tune, self.exp.config.rounds
-        scores = [member_score(m.history, t.score, t.gamma_g, window=self.t_g) for m in live]
+        scores = self.scores(live)
         chosen = fedpop_g([m.alpha for m in live], [m.beta0 for m in live], scores, anneal(t.eps0, rnd, rounds),
                           anneal(t.p_re0, rnd, rounds), self.rng("G", rnd), self.space.server, self.space.client,
-                          rho=t.rho)
+                          rho=t.rho, rule=t.split)
         parents = {r.top: copy.deepcopy((live[r.top].server, live[r.top].clients)) for r in chosen}
         for r in chosen:
             child = live[r.bottom]
             child.server, child.clients = copy.deepcopy(parents[r.top])
             child.alpha, child.beta0, child.betas, child.history = dict(r.alpha), dict(r.beta0), [], []
+            child.beta_history, child.weighted_last = [], math.inf
             child.born, child.parent = rnd, live[r.top].slot
+
+    def scores(self, members: list[Member]) -> list[float]:
+        """FedPop-G's and SHA's score of each member (lower is better): `tune.score` over its history since its
+        (re)initialisation, the last T_g rounds (Eq. 5); `last_weighted`: its last round's validation-size-weighted
+        mean loss (the official code's)."""
+        t = self.tune
+        if t.score == "last_weighted":
+            return [m.weighted_last for m in members]
+        return [member_score(m.history, t.score, t.gamma_g, window=self.t_g) for m in members]
 
     def states_of(self, member: Member) -> dict[int, Any]:
         """Every client's state in `member`'s federation (a client that never trained there: a fresh state)."""

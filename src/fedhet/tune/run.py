@@ -36,7 +36,7 @@ from fedhet.errors import FedhetError
 from fedhet.tune.apply import apply_vector, check_space
 from fedhet.tune.checkpoint import FILENAME, SavedPopulation, load_population, save_population
 from fedhet.tune.config import TuneConfig, resolve_space, tune_config
-from fedhet.tune.fedpop import is_g_round, member_score
+from fedhet.tune.fedpop import is_g_round
 from fedhet.tune.population import Population, global_search_due
 from fedhet.tune.wrappers import best_slot, check_rs_budget, sha_rounds, survivors
 
@@ -183,8 +183,7 @@ class TuningJob:
         self.rows += client_rows(rnd, "test", self.population.evaluate(self.leader(), rnd, "test"))  # the curve's end
 
     def scores(self, members: list[Any]) -> list[float]:
-        return [member_score(m.history, self.tune.score, self.tune.gamma_g, window=self.population.t_g)
-                for m in members]
+        return self.population.scores(members)
 
     def leader(self) -> Any:
         """The live member with the lowest score (ties: the lower slot)."""
