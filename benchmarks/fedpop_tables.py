@@ -37,6 +37,7 @@ class Run:
     wrapper: str
     tuner: str
     score: str  # FedPop-G's score rule (App. Table 5)
+    split: str  # FedPop's group sizes (tune.split); runs kept under a "+rank" label ran before it was a switch
     seed: int
     global_acc: float
     finetuned_acc: float
@@ -62,7 +63,9 @@ def load_runs(roots: list[Path], prefix: str) -> list[Run]:
         if setting == "t3":
             setting = str(summary["dataset"])
         runs.append(Run(setting=setting, wrapper=tune["wrapper"], tuner=tune["tuner"],
-                        score=str((config.get("tune") or {}).get("score", "powerlaw")), seed=int(summary["seed"]),
+                        score=str((config.get("tune") or {}).get("score", "powerlaw")),
+                        split=str((config.get("tune") or {}).get("split", "rank" if path.parent.parent.name.endswith(
+                            "+rank") else "official")), seed=int(summary["seed"]),
                         global_acc=100 * summary["final"]["avg"]["accuracy"],
                         finetuned_acc=100 * tune["finetuned"]["avg"]["accuracy"],
                         tried_alpha=int(tune["tried_alpha"]), tried_beta=int(tune["tried_beta"]),
@@ -74,7 +77,8 @@ def group(runs: list[Run]) -> Cells:
     """The runs by cell, each cell's runs over seeds."""
     cells: Cells = defaultdict(list)
     for run in runs:
-        cells[(run.setting, run.wrapper, run.tuner, run.score)].append(run)
+        if run.split == "official":  # the default: runs with another split are kept, not tabulated
+            cells[(run.setting, run.wrapper, run.tuner, run.score)].append(run)
     return cells
 
 
