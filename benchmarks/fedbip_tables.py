@@ -110,9 +110,16 @@ def cost_table(root: Path, ldm: Path) -> str:
               "| run | seed | client upload (s, mean) | images generated | s per image | classifier (s) |",
               "|---|---|---|---|---|---|"]
     for summary in sorted(root.glob("fedbip_*/*/*/seed*/summary.json")):
-        if json.loads(summary.read_text()).get("method") != "fedbip":
+        facts = json.loads(summary.read_text())
+        run = summary.parent
+        if facts.get("method") != "fedbip":
             continue
-        run, cost = summary.parent, server_state(summary.parent)[1].cost
+        if "fedbip" in facts:  # runs since 2026-11-28 keep their cost in summary.json
+            cost = facts["fedbip"]["cost"]
+        elif (run / "checkpoints" / "latest.pt").is_file():
+            cost = server_state(run)[1].cost
+        else:  # an archived run from before: its checkpoint was not kept
+            continue
         lines.append(f"| {run.parts[-4]} / {run.parts[-2]} | {run.name} | {cost['client_seconds']:.0f} | "
                      f"{cost['generated_images']:.0f} | {cost['seconds_per_image']:.3f} | "
                      f"{cost['classifier_seconds']:.0f} |")
@@ -120,17 +127,21 @@ def cost_table(root: Path, ldm: Path) -> str:
 
 
 def grids(root: Path, out: Path, per_class: int = 2) -> list[str]:
-    """Real (top rows) vs generated (bottom rows) images of every client of the first FedBiP-L digits run."""
+    """Real (top rows) vs generated (bottom rows) images of every client of the first FedBiP-L (or 1x: its first
+    copy is L's) digits run whose checkpoint and generated images are on this machine."""
     import torch
     from torchvision.utils import save_image
 
     from fedhet.algorithms.fedbip import load_split
 
-    found = runs_of(root, "fedbip_digits", "fedbip_l")
+    found = [run for variant in ("fedbip_l", "fedbip_x1") for run in runs_of(root, "fedbip_digits", variant)
+             if (run / "checkpoints" / "latest.pt").is_file()]
     if not found:
         return []
     exp, server = server_state(found[0])
     alg: Any = exp.algorithm
+    if not all((alg.cache_folder() / key / "copy000_part0000.pt").is_file() for key in server.sets.values()):
+        return []
     written = []
     for cid, key in sorted(server.sets.items()):
         client = exp.data.clients[cid]

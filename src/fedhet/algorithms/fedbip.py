@@ -231,6 +231,11 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
             return Message(scalars={"one_shot": True})
         return Message(arrays=server.model)
 
+    def run_facts(self, server: FedBiPServer) -> dict[str, Any]:
+        """|D_syn| and the cost (seconds per client upload, per generated image, for the classifier; images
+        generated, not read from the cache) for summary.json."""
+        return {"fedbip": {"synthetic": server.synthetic, "cost": dict(server.cost)}} if server.synthetic else {}
+
     def cache_folder(self) -> Path | None:
         """Where generated parts and client uploads are kept (None: not kept)."""
         p = self.params

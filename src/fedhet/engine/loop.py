@@ -245,7 +245,8 @@ class RoundLoop:
                    "rounds_completed": self.round, "personalized": self.alg.personalized, "final": final,
                    "wall_time_s": self.elapsed, "round_time_s": self.elapsed / max(self.round, 1),
                    "device": str(self.exp.device), "config_changes": self.config_changes,
-                   **({"traffic_per_client_round": self.traffic} if self.traffic else {})}
+                   **({"traffic_per_client_round": self.traffic} if self.traffic else {}),
+                   **self.alg.run_facts(self.server)}
         if self.round >= self.cfg.rounds:
             self.dir.write_config(self.cfg.to_dict())
             self.dir.write_metrics(self.metrics)  # repairs a metrics.jsonl that lags the final checkpoint
