@@ -65,6 +65,10 @@ def test_the_results_are_a_run_directory_with_a_runnable_best_config(tmp_path: P
     assert "## Tuning" in report and "fedavg+rs+fedpop (seed 0)" in report
     plot = tmp_path / "report" / "hp_offline_digits_fedavg+rs+fedpop_seed0.png"
     assert plot.is_file() and f"]({plot.name})" in report
+    rows = [json.loads(line) for line in (tmp_path / "tune" / "members.jsonl").read_text().splitlines()]
+    first = [r for r in rows if r["round"] == 1]  # the Delta-ball's beta^k its active clients trained with
+    assert all(r["local"] and all(set(b) == {"train.lr", "train.batch_size"} for b in r["local"]) for r in first)
+    assert any(b["train.lr"] != r["train.lr"] for r in first for b in r["local"])
     best = load_config(str(tmp_path / "tune" / "best_config.yaml"))
     values = result.summary["tune"]["values"]
     assert (best.train.lr, best.train.batch_size, best.server.lr) == (

@@ -17,7 +17,7 @@ from fedhet.atomic import atomic_write
 from fedhet.report.runs import RunRecord
 
 MEMBERS_FILE = Path("tune") / "members.jsonl"
-NOT_VALUES = ("round", "slot", "alive", "parent", "born", "score")
+NOT_VALUES = ("round", "slot", "alive", "parent", "born", "score", "local")
 
 
 def tuning_section(runs: Sequence[RunRecord], out_dir: Path) -> str:
@@ -48,7 +48,9 @@ def tuning_section(runs: Sequence[RunRecord], out_dir: Path) -> str:
 
 def plot_trajectories(members_log: Path, out: Path) -> Path | None:
     """One subplot per hyperparameter, one line per configuration slot over the rounds it was alive (a FedPop-G
-    copy shows as a jump); log scale where the values span more than two decades. None without a log."""
+    copy shows as a jump) and, for a client value, a dot per active client's own beta^k in the slot's colour
+    (FedPop-L's local search, App. Fig. 4); log scale where the values span more than two decades. None without
+    a log."""
     if not members_log.is_file():
         return None
     rows = [json.loads(line) for line in members_log.read_text().splitlines() if line.strip()]
@@ -62,7 +64,12 @@ def plot_trajectories(members_log: Path, out: Path) -> Path | None:
         ax = fig.add_subplot(math.ceil(len(keys) / cols), cols, i + 1)
         for slot in sorted({r["slot"] for r in rows}):
             mine = [r for r in rows if r["slot"] == slot and r["alive"] and isinstance(r[key], int | float)]
-            ax.plot([r["round"] for r in mine], [r[key] for r in mine], linewidth=1, label=f"m{slot}")
+            line, = ax.plot([r["round"] for r in mine], [r[key] for r in mine], linewidth=1, label=f"m{slot}")
+            dots = [(r["round"], b[key]) for r in mine for b in r.get("local", [])
+                    if isinstance(b.get(key), int | float)]
+            if dots:
+                ax.scatter([d[0] for d in dots], [d[1] for d in dots], s=4, alpha=0.35, color=line.get_color(),
+                           linewidths=0)
         if _wide(rows, key):
             ax.set_yscale("log")
         ax.set_title(key, fontsize=9)

@@ -50,6 +50,7 @@ class Population:
         self.runner.check_split = "val"
         self.members: list[Member] = []
         self.last_scores: dict[int, list[float]] = {}  # slot -> s_i^k of its active clients, last round
+        self.trained_betas: dict[int, list[HPVector]] = {}  # slot -> the beta^k its clients trained with, last round
         self.tried = Tried()  # the distinct alpha / beta that trained, diverged or not (Table 1)
         self.t_g = tune.g_rounds(exp.config.rounds)
 
@@ -97,6 +98,7 @@ class Population:
         this round are appended to their histories and kept per client in `last_scores`."""
         sampled = sample_round(self.exp, self.runner.num_train_clients, rnd)
         plans = [plan_round(self, member, rnd, sampled) for member in self.members if member.alive]
+        self.trained_betas = {plan.member.slot: [dict(b) for b in plan.betas] for plan in plans}  # the HP log's
         for plan in plans:  # Table 1 counts every vector that trains, whether or not its training diverges
             self.tried.note(plan.member.alpha, plan.betas)
         if isinstance(self.runner, BatchedClients):

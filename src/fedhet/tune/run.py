@@ -4,7 +4,8 @@ spec fedpop.md; docs/tune.md), resumable after every round, with results a norma
     runs/<name>/<dataset>/<method>+<wrapper>+<tuner>/seed<k>/
         summary.json, metrics.jsonl, config.yaml   the final configuration's deployed models (fedhet report reads it)
         tune/best_config.yaml                      that configuration as a plain run config (`fedhet run` it)
-        tune/members.jsonl                         per round and member: vectors, score, parent, alive
+        tune/members.jsonl                         per round and member: vectors (its clients' beta^k under
+                                                   "local"), score, parent, alive
         checkpoints/population.pt                  the population after the last finished round
 
 The members are evaluated at `eval.every` rounds through the current best (lowest-score) live member, so the
@@ -33,7 +34,7 @@ from fedhet.engine.loop import Interrupted, run_dir_for
 from fedhet.engine.rundir import RunDirectory, RunDirError, check_writable_path, client_rows
 from fedhet.engine.signals import StopSignals
 from fedhet.errors import FedhetError
-from fedhet.tune.apply import apply_vector, check_space
+from fedhet.tune.apply import apply_vector, check_space, vector_to_dict
 from fedhet.tune.checkpoint import FILENAME, SavedPopulation, load_population, save_population
 from fedhet.tune.config import TuneConfig, resolve_space, tune_config
 from fedhet.tune.fedpop import is_g_round
@@ -198,9 +199,10 @@ class TuningJob:
         self.members_log.parent.mkdir(exist_ok=True)
         with self.members_log.open("a") as log:
             for m in pop.members:
+                local = [vector_to_dict(pop.space.client, b) for b in pop.trained_betas.get(m.slot, [])]
                 log.write(json.dumps({"round": rnd, "slot": m.slot, "alive": m.alive, "parent": m.parent,
                                       "born": m.born, "score": m.history[-1] if m.history else None,
-                                      **m.values(pop.space)}) + "\n")
+                                      **m.values(pop.space), "local": local}) + "\n")
         save_population(self.checkpoint, self.cfg,
                         SavedPopulation(rnd, pop.members, pop.tried, self.rows, self.elapsed, self.halted))
         self.round = rnd
