@@ -18,7 +18,7 @@ from fedhet.engine.experiment import build_experiment
 from fedhet.launch.run import run_experiment
 from fedhet.tune import apply_vector, check_space
 from fedhet.tune.config import resolve_space, tune_config
-from fedhet.tune.population import Population
+from fedhet.tune.population import Population, member_scores
 
 BASE = ["data.dataset=offline_digits", "data.val_fraction=0.2", "model.name=mlp", "train.local_steps=3", "rounds=3",
         "run.num_threads=1", "run.quiet=true", "server.fraction_fit=0.5", "eval.every=3", "tune.configs=2",
@@ -267,6 +267,6 @@ def test_last_weighted_scores_a_member_by_its_last_rounds_validation_size_weight
                for cid, loss in ((0, 1.0), (1, 3.0))]
     pop.after_training(member, 1, [0, 1], replies)
     assert member.history == [2.0] and member.weighted_last == pytest.approx((1 * 1.0 + 3 * 3.0) / 4)
-    assert pop.scores([member]) == [member.weighted_last]
+    assert member_scores(pop.tune, pop.t_g, [member]) == [member.weighted_last]
     pop.tune.score = "last"
-    assert pop.scores([member]) == [2.0]
+    assert member_scores(pop.tune, pop.t_g, [member]) == [2.0]

@@ -161,11 +161,6 @@ class Algorithm(Generic[S, C, W]):
         """The model this client would deploy: received shared part + its local part."""
         return Deployment(self.client_model(msg, state))
 
-    def run_facts(self, server: S) -> dict[str, Any]:
-        """Method-specific facts of a finished run for its summary.json (FedBiP: the synthetic set's size and its
-        cost), kept where checkpoints are not. Default: none."""
-        return {}
-
     def novel_model(self, server: S, ctx: ClientContext, part: str, trained: list[int]) -> NovelModel | None:
         """A held-out client's model to adapt (`ctx`: the client and its data), when this method has its own for
         `part` (engine/novel.py; AdaptFED: z_new through the hypernetwork); None: the engine's (the deployed

@@ -71,6 +71,11 @@ class FedBiPServer(ServerState):
     sets: dict[int, str] = field(default_factory=dict)
     cost: dict[str, float] = field(default_factory=dict)
 
+    def facts(self) -> dict[str, Any]:
+        """|D_syn| and the cost (seconds per client upload, per generated image, for the classifier; images
+        generated, not read from the cache) for summary.json."""
+        return {"fedbip": {"synthetic": self.synthetic, "cost": dict(self.cost)}} if self.synthetic else {}
+
 
 @dataclass(kw_only=True)
 class FedBiPWork(Work):
@@ -230,11 +235,6 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
         if not server.synthetic:
             return Message(scalars={"one_shot": True})
         return Message(arrays=server.model)
-
-    def run_facts(self, server: FedBiPServer) -> dict[str, Any]:
-        """|D_syn| and the cost (seconds per client upload, per generated image, for the classifier; images
-        generated, not read from the cache) for summary.json."""
-        return {"fedbip": {"synthetic": server.synthetic, "cost": dict(server.cost)}} if server.synthetic else {}
 
     def cache_folder(self) -> Path | None:
         """Where generated parts and client uploads are kept (None: not kept)."""

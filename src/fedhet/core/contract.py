@@ -77,6 +77,11 @@ class ServerState:
     model: StateDict = field(default_factory=dict)
     opt: dict[str, Any] = field(default_factory=dict)
 
+    def facts(self) -> dict[str, Any]:
+        """Method-specific facts of a finished run for its summary.json, kept where checkpoints are not (FedBiP:
+        the synthetic set's size and cost). Default: none."""
+        return {}
+
 
 @dataclass(kw_only=True)
 class Work:

@@ -13,6 +13,7 @@ from torch.utils.data import ConcatDataset
 from tqdm.auto import tqdm
 
 from fedhet.config import ExperimentConfig
+from fedhet.core.contract import ServerState
 from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.engine.evaluation import evaluate
 from fedhet.engine.executor import ClientExecutor, ClientsFailed
@@ -246,7 +247,7 @@ class RoundLoop:
                    "wall_time_s": self.elapsed, "round_time_s": self.elapsed / max(self.round, 1),
                    "device": str(self.exp.device), "config_changes": self.config_changes,
                    **({"traffic_per_client_round": self.traffic} if self.traffic else {}),
-                   **self.alg.run_facts(self.server)}
+                   **(self.server.facts() if isinstance(self.server, ServerState) else {})}
         if self.round >= self.cfg.rounds:
             self.dir.write_config(self.cfg.to_dict())
             self.dir.write_metrics(self.metrics)  # repairs a metrics.jsonl that lags the final checkpoint

@@ -184,7 +184,7 @@ class Population:
         local vectors are resampled next round and their score history restarts."""
         live = [m for m in self.members if m.alive]
         t, rounds = self.tune, self.exp.config.rounds
-        scores = self.scores(live)
+        scores = member_scores(t, self.t_g, live)
         chosen = fedpop_g([m.alpha for m in live], [m.beta0 for m in live], scores, anneal(t.eps0, rnd, rounds),
                           anneal(t.p_re0, rnd, rounds), self.rng("G", rnd), self.space.server, self.space.client,
                           rho=t.rho, rule=t.split)
@@ -195,15 +195,6 @@ class Population:
             child.alpha, child.beta0, child.betas, child.history = dict(r.alpha), dict(r.beta0), [], []
             child.beta_history, child.weighted_last = [], math.inf
             child.born, child.parent = rnd, live[r.top].slot
-
-    def scores(self, members: list[Member]) -> list[float]:
-        """FedPop-G's and SHA's score of each member (lower is better): `tune.score` over its history since its
-        (re)initialisation, the last T_g rounds (Eq. 5); `last_weighted`: its last round's validation-size-weighted
-        mean loss (the official code's)."""
-        t = self.tune
-        if t.score == "last_weighted":
-            return [m.weighted_last for m in members]
-        return [member_score(m.history, t.score, t.gamma_g, window=self.t_g) for m in members]
 
     def states_of(self, member: Member) -> dict[int, Any]:
         """Every client's state in `member`'s federation (a client that never trained there: a fresh state)."""
@@ -240,6 +231,15 @@ class Population:
                     scores = {"accuracy": metrics["accuracy"], "loss": metrics["loss"], "diverged": 1.0}
             results[client.name] = scores
         return results
+
+
+def member_scores(tune: TuneConfig, t_g: int, members: list[Member]) -> list[float]:
+    """FedPop-G's and SHA's score of each member (lower is better): `tune.score` over its history since its
+    (re)initialisation, the last T_g rounds (Eq. 5); `last_weighted`: its last round's validation-size-weighted
+    mean loss (the official code's)."""
+    if tune.score == "last_weighted":
+        return [m.weighted_last for m in members]
+    return [member_score(m.history, tune.score, tune.gamma_g, window=t_g) for m in members]
 
 
 def global_search_due(pop: Population, rnd: int) -> bool:

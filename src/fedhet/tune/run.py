@@ -38,7 +38,7 @@ from fedhet.tune.apply import apply_vector, check_space, vector_to_dict
 from fedhet.tune.checkpoint import FILENAME, SavedPopulation, load_population, save_population
 from fedhet.tune.config import TuneConfig, resolve_space, tune_config
 from fedhet.tune.fedpop import is_g_round
-from fedhet.tune.population import Population, global_search_due
+from fedhet.tune.population import Population, global_search_due, member_scores
 from fedhet.tune.wrappers import best_slot, check_rs_budget, sha_rounds, survivors
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ class TuningJob:
         self.rows += client_rows(rnd, "test", self.population.evaluate(self.leader(), rnd, "test"))  # the curve's end
 
     def scores(self, members: list[Any]) -> list[float]:
-        return self.population.scores(members)
+        return member_scores(self.tune, self.population.t_g, members)
 
     def leader(self) -> Any:
         """The live member with the lowest score (ties: the lower slot)."""
