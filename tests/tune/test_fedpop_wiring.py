@@ -14,35 +14,23 @@ from typing import Any
 
 import pytest
 import torch
+from tune_testing import BASE, played
 
 import fedhet.tune.population as population_module
 from fedhet.config import load_config
-from fedhet.engine.experiment import build_experiment
 from fedhet.errors import ConfigError
 from fedhet.tune import anneal, fedpop_l, member_score
-from fedhet.tune.config import resolve_space, tune_config
+from fedhet.tune.config import tune_config
 from fedhet.tune.population import Population
 from fedhet.tune.run import run_tuning
 from fedhet.tune.wrappers import sha_rounds, survivors
 
-BASE = ["data.dataset=offline_digits", "data.val_fraction=0.2", "model.name=mlp", "train.local_steps=2",
-        "rounds=4", "run.num_threads=1", "run.quiet=true", "server.fraction_fit=0.5", "eval.every=2",
-        "tune.configs=3", "tune.g_interval=0.5",
-        "tune.space={client: {train.lr: {type: log_uniform, low: -2, high: -0.5}, "
-        "train.batch_size: {type: choice, values: [8, 16]}}, server: {server.lr: {type: log_uniform, low: -0.3, "
-        "high: 0.3}}}"]
 TOL = 1e-5  # tests/tune/test_population_lanes.py's
 
 
-def played(*extra: str) -> Population:
+def played_base(*extra: str) -> Population:
     """A population of BASE + `extra`, played for all its rounds."""
-    cfg = load_config(None, [*BASE, *extra])
-    tune = tune_config(cfg)
-    pop = Population(build_experiment(cfg), tune, resolve_space(tune))
-    pop.start()
-    for rnd in range(1, cfg.rounds + 1):
-        pop.play_round(rnd)
-    return pop
+    return played(*BASE, *extra)  # type: ignore[no-any-return]
 
 
 def same(a: Any, b: Any) -> bool:
@@ -120,7 +108,7 @@ def test_fedpop_g_copies_the_server_optimizer_state_and_client_states(monkeypatc
     monkeypatch.setattr(Population, "global_search", spy)
     space = ("tune.space={client: {train.lr: {type: log_uniform, low: -2, high: -0.5}}, server: {server.lr: "
              "{type: log_uniform, low: -0.3, high: 0.3}, server.momentum: {type: uniform, low: 0.3, high: 0.9}}}")
-    played(space, "train.persist_optimizer=true", "train.momentum=0.9")
+    played_base(space, "train.persist_optimizer=true", "train.momentum=0.9")
     assert copies  # T_g = 2 over 4 rounds: FedPop-G ran and replaced a member
     for (server, clients), (top_server, top_clients), (own_server, own_clients) in copies:
         assert top_server.opt and any(k.startswith("m/") for k in top_server.opt)  # FedAvgM's momentum buffers
@@ -152,7 +140,7 @@ def test_fedpop_l_gets_eps_annealed_over_its_window_since_each_rebirth(monkeypat
 
     monkeypatch.setattr(Population, "local_search", search)
     monkeypatch.setattr(population_module, "fedpop_l", recording)
-    pop = played("tune.fedpop_l=true", f"rounds={rounds}", f"tune.g_interval={g_interval}")
+    pop = played_base("tune.fedpop_l=true", f"rounds={rounds}", f"tune.g_interval={g_interval}")
     tune = pop.tune
     assert pop.t_g == t_g and len(calls) == rounds * len(pop.members)
     for call in calls:
@@ -173,7 +161,7 @@ def test_lanes_with_different_local_epochs_give_the_in_process_population() -> N
              "{type: int, low: 1, high: 3}, train.batch_size: {type: choice, values: [16, 32]}}, server: "
              "{server.lr: {type: log_uniform, low: -0.3, high: 0.3}}}")
     extra = [space, "train.local_steps=null", "rounds=2", "run.batched_min_lanes=1", "data.max_train_per_client=40"]
-    seq, lanes = played(*extra), played(*extra, "run.runtime=batched")
+    seq, lanes = played_base(*extra), played_base(*extra, "run.runtime=batched")
     assert len({dict(beta)["train.local_epochs"] for beta in seq.tried.betas}) > 1  # lanes of 1 and 2 epochs
     for a, b in zip(seq.members, lanes.members, strict=True):
         assert (a.alpha, a.beta0, a.betas, a.parent, a.born) == (b.alpha, b.beta0, b.betas, b.parent, b.born)

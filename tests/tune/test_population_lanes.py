@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tune_testing import played
 
 from fedhet.config import load_config
 from fedhet.engine.experiment import build_experiment
@@ -30,14 +31,8 @@ BASE = ["data.dataset=offline_digits", "data.val_fraction=0.2", "model.name=mlp"
 TOL = 1e-5
 
 
-def played(*extra: str) -> Population:
-    cfg = load_config(None, [*BASE, *extra])
-    tune = tune_config(cfg)
-    pop = Population(build_experiment(cfg), tune, resolve_space(tune))
-    pop.start()
-    for rnd in range(1, cfg.rounds + 1):
-        pop.play_round(rnd)
-    return pop
+def played_lanes(*extra: str) -> Population:
+    return played(*BASE, *extra)  # type: ignore[no-any-return]
 
 
 def close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
@@ -45,7 +40,7 @@ def close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 
 
 def test_lanes_give_the_in_process_population_with_fedpop_l_and_g() -> None:
-    seq, lanes = played(), played("run.runtime=batched")
+    seq, lanes = played_lanes(), played_lanes("run.runtime=batched")
     assert isinstance(lanes.runner, BatchedClients)
     assert any(m.parent is not None for m in seq.members)  # FedPop-G copied a member (T_g = 2)
     for a, b in zip(seq.members, lanes.members, strict=True):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tune_testing import BASE
 
 from fedhet.config import load_config
 from fedhet.errors import CheckpointError, FedhetError
@@ -17,13 +18,6 @@ from fedhet.report.runs import load_runs
 from fedhet.report.table import make_table, to_markdown
 from fedhet.tune.checkpoint import FILENAME, load_population
 from fedhet.tune.run import run_tuning
-
-BASE = ["data.dataset=offline_digits", "data.val_fraction=0.2", "model.name=mlp", "train.local_steps=2",
-        "rounds=4", "run.num_threads=1", "run.quiet=true", "server.fraction_fit=0.5", "eval.every=2",
-        "tune.configs=3", "tune.g_interval=0.5",
-        "tune.space={client: {train.lr: {type: log_uniform, low: -2, high: -0.5}, "
-        "train.batch_size: {type: choice, values: [8, 16]}}, server: {server.lr: {type: log_uniform, low: -0.3, "
-        "high: 0.3}}}"]
 
 
 def tuned(run_dir: Path, *extra: str, **kwargs):
