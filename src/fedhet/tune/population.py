@@ -125,7 +125,7 @@ class Population:
         self.last_scores[member.slot] = scores
         finite = [x for x in scores if math.isfinite(x)]  # a client with no validation data has none
         member.history.append(statistics.fmean(finite) if finite else math.inf)
-        sizes = [len(self.exp.data.clients[cid].val) for cid in sampled]  # type: ignore[arg-type]
+        sizes = [len(self.exp.data.clients[r.client_id].val) for r in replies]  # type: ignore[arg-type]
         weighted = [(x, n) for x, n in zip(scores, sizes, strict=True) if math.isfinite(x) and n]
         member.weighted_last = (sum(x * n for x, n in weighted) / sum(n for _, n in weighted) if weighted
                                 else math.inf)
