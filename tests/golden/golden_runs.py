@@ -108,4 +108,15 @@ def machine() -> dict[str, str]:
     """What float results depend on besides the code: equal fingerprints allow a bit-for-bit comparison."""
     return {"torch": torch.__version__, "numpy": numpy.__version__,
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(),
-            "python": platform.python_version()}
+            "python": platform.python_version(), "cpu": _cpu_model()}
+
+
+def _cpu_model() -> str:
+    """The CPU's model name: two CPUs with the same capability (AVX512 on an AMD EPYC and on an Intel Xeon) round
+    differently in the last bit (seen 2026-11-28), so the model is part of the fingerprint."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
