@@ -3,7 +3,10 @@ all its rounds (import as `from tune_testing import ...`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fedhet.tune.population import Population
 
 # offline digits, an MLP, 3 configurations of 4 rounds with T_g = 2, half the clients a round, a 3-value space
 BASE = ["data.dataset=offline_digits", "data.val_fraction=0.2", "model.name=mlp", "train.local_steps=2",
@@ -14,14 +17,14 @@ BASE = ["data.dataset=offline_digits", "data.val_fraction=0.2", "model.name=mlp"
         "high: 0.3}}}"]
 
 
-def played(*overrides: str) -> Any:
-    """The `Population` of the config `overrides` (a whole list, BASE's or another), played for all its rounds."""
+def played(*extra: str, base: tuple[str, ...] | list[str] = tuple(BASE)) -> Population:
+    """The `Population` of the config `base` + `extra`, played for all its rounds."""
     from fedhet.config import load_config
     from fedhet.engine.experiment import build_experiment
     from fedhet.tune.config import resolve_space, tune_config
     from fedhet.tune.population import Population
 
-    cfg = load_config(None, list(overrides))
+    cfg = load_config(None, [*base, *extra])
     tune = tune_config(cfg)
     pop = Population(build_experiment(cfg), tune, resolve_space(tune))
     pop.start()

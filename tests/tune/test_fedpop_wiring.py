@@ -28,11 +28,6 @@ from fedhet.tune.wrappers import sha_rounds, survivors
 TOL = 1e-5  # tests/tune/test_population_lanes.py's
 
 
-def played_base(*extra: str) -> Population:
-    """A population of BASE + `extra`, played for all its rounds."""
-    return played(*BASE, *extra)  # type: ignore[no-any-return]
-
-
 def same(a: Any, b: Any) -> bool:
     """Equal values, tensors compared exactly, through dicts, lists and dataclasses."""
     if isinstance(a, torch.Tensor):
@@ -108,7 +103,7 @@ def test_fedpop_g_copies_the_server_optimizer_state_and_client_states(monkeypatc
     monkeypatch.setattr(Population, "global_search", spy)
     space = ("tune.space={client: {train.lr: {type: log_uniform, low: -2, high: -0.5}}, server: {server.lr: "
              "{type: log_uniform, low: -0.3, high: 0.3}, server.momentum: {type: uniform, low: 0.3, high: 0.9}}}")
-    played_base(space, "train.persist_optimizer=true", "train.momentum=0.9")
+    played(space, "train.persist_optimizer=true", "train.momentum=0.9")
     assert copies  # T_g = 2 over 4 rounds: FedPop-G ran and replaced a member
     for (server, clients), (top_server, top_clients), (own_server, own_clients) in copies:
         assert top_server.opt and any(k.startswith("m/") for k in top_server.opt)  # FedAvgM's momentum buffers
@@ -140,7 +135,7 @@ def test_fedpop_l_gets_eps_annealed_over_its_window_since_each_rebirth(monkeypat
 
     monkeypatch.setattr(Population, "local_search", search)
     monkeypatch.setattr(population_module, "fedpop_l", recording)
-    pop = played_base("tune.fedpop_l=true", f"rounds={rounds}", f"tune.g_interval={g_interval}")
+    pop = played("tune.fedpop_l=true", f"rounds={rounds}", f"tune.g_interval={g_interval}")
     tune = pop.tune
     assert pop.t_g == t_g and len(calls) == rounds * len(pop.members)
     for call in calls:
@@ -161,7 +156,7 @@ def test_lanes_with_different_local_epochs_give_the_in_process_population() -> N
              "{type: int, low: 1, high: 3}, train.batch_size: {type: choice, values: [16, 32]}}, server: "
              "{server.lr: {type: log_uniform, low: -0.3, high: 0.3}}}")
     extra = [space, "train.local_steps=null", "rounds=2", "run.batched_min_lanes=1", "data.max_train_per_client=40"]
-    seq, lanes = played_base(*extra), played_base(*extra, "run.runtime=batched")
+    seq, lanes = played(*extra), played(*extra, "run.runtime=batched")
     assert len({dict(beta)["train.local_epochs"] for beta in seq.tried.betas}) > 1  # lanes of 1 and 2 epochs
     for a, b in zip(seq.members, lanes.members, strict=True):
         assert (a.alpha, a.beta0, a.betas, a.parent, a.born) == (b.alpha, b.beta0, b.betas, b.parent, b.born)

@@ -31,16 +31,12 @@ BASE = ["data.dataset=offline_digits", "data.val_fraction=0.2", "model.name=mlp"
 TOL = 1e-5
 
 
-def played_lanes(*extra: str) -> Population:
-    return played(*BASE, *extra)  # type: ignore[no-any-return]
-
-
 def close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return all(torch.allclose(a[k], b[k], atol=TOL, rtol=TOL) for k in a)
 
 
 def test_lanes_give_the_in_process_population_with_fedpop_l_and_g() -> None:
-    seq, lanes = played_lanes(), played_lanes("run.runtime=batched")
+    seq, lanes = played(base=BASE), played("run.runtime=batched", base=BASE)
     assert isinstance(lanes.runner, BatchedClients)
     assert any(m.parent is not None for m in seq.members)  # FedPop-G copied a member (T_g = 2)
     for a, b in zip(seq.members, lanes.members, strict=True):

@@ -193,7 +193,7 @@ class Population:
             child = live[r.bottom]
             child.server, child.clients = copy.deepcopy(parents[r.top])
             child.alpha, child.beta0, child.betas, child.history = dict(r.alpha), dict(r.beta0), [], []
-            child.beta_history, child.weighted_last = [], math.inf
+            child.weighted_last = math.inf  # (its beta_history restarts with the Delta-ball, `local_vectors`)
             child.born, child.parent = rnd, live[r.top].slot
 
     def states_of(self, member: Member) -> dict[int, Any]:
