@@ -93,9 +93,9 @@ def test_a_loss_reaching_the_original_module_another_way_is_refused() -> None:
     routed = RoutedWork(lanes[0].work, layout, functional_copies(lanes[0].work, layout, {}))
     loss_of = lanes[0].passes[0].step.stages[0][0]  # type: ignore[union-attr]
     with pytest.raises(GuardedRead, match=r"calls the module of work.model.*\(rule 3\)"):
-        with routed.bound(lanes[0].states, {"anchor": lanes[0].tensors["anchor"]}):
+        with routed.guarded(), routed.bound(lanes[0].states, {"anchor": lanes[0].tensors["anchor"]}):
             loss_of(torch.randn(8, 4), torch.randint(0, 2, (8,)))
-    model(torch.randn(2, 4))  # the guard is gone after the call
+    model(torch.randn(2, 4))  # the guard is gone after the pass
 
 
 def test_stage_step_is_each_lanes_own_step_with_batchnorm() -> None:

@@ -40,8 +40,8 @@ class ModelParts:
     def assemble(self, model: SplitModel, shared: StateDict, local: StateDict) -> SplitModel:
         """Load into `model` every key: shared ones from `shared`, local ones from `local` (the initial model's
         values where the client has none yet)."""
-        load_partial(model, {k: local.get(k, self.init_state[k]) for k in self.local_keys()})
-        load_partial(model, {k: v for k, v in shared.items() if k in self.init_state})
+        own = {k: local.get(k, self.init_state[k]) for k in self.local_keys()}
+        load_partial(model, {**own, **{k: v for k, v in shared.items() if k in self.init_state}})
         return model
 
     def reply(self, model: nn.Module, stats: FitStats) -> Message:

@@ -37,6 +37,8 @@ def select(state: StateDict, keys: Iterable[str]) -> StateDict:
 def state_of(model: nn.Module, keys: Iterable[str] | None = None) -> StateDict:
     """A detached CPU copy of (part of) a model's state dict."""
     wanted = set(keys) if keys is not None else None
+    if wanted is not None and not wanted:
+        return {}  # no state_dict() walk for nothing (FedAvg's local part, once per client and round)
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()
             if wanted is None or k in wanted}
 

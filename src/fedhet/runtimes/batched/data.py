@@ -168,5 +168,5 @@ class BatchStream:
             self._indices.reverse()
         wanted = [self._indices.pop() for _ in range(count)]
         x, y = self._indexed.batch(torch.cat(wanted))
-        sizes = [len(i) for i in wanted]
+        sizes = [i.shape[0] for i in wanted]
         return list(zip(x.split(sizes), y.split(sizes), strict=True))

@@ -96,16 +96,17 @@ class PassRunner:
         loss_sum = torch.zeros(self.lanes, dtype=torch.float64, device=dev)
         bad = torch.zeros(self.lanes, dtype=torch.bool, device=dev)
         examples = [0] * self.lanes
-        for t in range(max(counts, default=0)):
-            drawn = {i: streams[i].next() for i in range(self.lanes) if t < counts[i]}
-            groups: dict[int, list[int]] = {}
-            for i, (_, y) in drawn.items():
-                groups.setdefault(len(y), []).append(i)
-                examples[i] += len(y)
-            for idx in groups.values():
-                loss, finite = self.group_step(idx, drawn, tensors, dev)
-                loss_sum[idx] += loss.to(torch.float64)
-                bad[idx] |= ~finite
+        with self.routed.guarded():
+            for t in range(max(counts, default=0)):
+                drawn = {i: streams[i].next() for i in range(self.lanes) if t < counts[i]}
+                groups: dict[int, list[int]] = {}
+                for i, (_, y) in drawn.items():
+                    groups.setdefault(y.shape[0], []).append(i)
+                    examples[i] += y.shape[0]
+                for idx in groups.values():
+                    loss, finite = self.group_step(idx, drawn, tensors, dev)
+                    loss_sum[idx] += loss.to(torch.float64)
+                    bad[idx] |= ~finite
         stats = [PassStats(loss=float(loss_sum[i]) / max(counts[i], 1), steps=counts[i], examples=examples[i])
                  for i in range(self.lanes)]
         return PassResult(stats, [self._persisted(i) for i in range(self.lanes)], bad.tolist())
@@ -113,7 +114,7 @@ class PassRunner:
     def group_step(self, idx: list[int], drawn: dict[int, Batch], tensors: dict[str, Any], dev: torch.device
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of the lanes `idx` (equal batch sizes): every stage in turn; returns the reported (first
-        stage's) loss and whether every stage's loss was finite, per lane."""
+        stage's) loss and whether every stage's loss was finite, per lane. Inside `routed.guarded()` (rule 3)."""
         x = torch.stack([drawn[i][0] for i in idx]).to(dev, non_blocking=True)
         y = torch.stack([drawn[i][1] for i in idx]).to(dev, non_blocking=True)
         whole = len(idx) == self.lanes

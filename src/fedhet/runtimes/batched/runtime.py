@@ -102,7 +102,8 @@ class BatchedClients(InProcessClients):
             for k in range(len(lane.passes)):
                 runner = self._runner([lane], k, layout, [{}], state)
                 tensors = {k: _stack([v]) for k, v in lane.tensors.items()}
-                self._guarded(runner.group_step, [0], {0: (x[0], y[0])}, tensors, self.exp.device)
+                with runner.routed.guarded():
+                    self._guarded(runner.group_step, [0], {0: (x[0], y[0])}, tensors, self.exp.device)
         finally:
             ClientRng._restore(outer)
         return len(layout.modules)
