@@ -63,7 +63,7 @@ def seeded(seed: int, *keys: int | str) -> Iterator[None]:
             torch.cuda.set_rng_state_all(cuda_state)
 
 
-FIT, EVALUATE = "fit", "evaluate"
+FIT, EVALUATE, FINETUNE = "fit", "evaluate", "finetune"  # FINETUNE: FedPop's finetuned accuracy
 
 
 def client_stream(seed: int, rnd: int, client_id: int, purpose: str) -> tuple[int, int, int, str]:

@@ -11,6 +11,7 @@ from fedhet.algorithms.base import Algorithm
 from fedhet.core.contract import ClientState
 from fedhet.core.messages import Message, Reply
 from fedhet.core.seeding import EVALUATE, FIT, client_stream, seeded
+from fedhet.data.federated import ClientData
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.local import evaluate_client, fit_client
 
@@ -42,13 +43,16 @@ class InProcessClients:
         self.states = new_states
         return replies
 
-    def fit_one(self, rnd: int, cid: int, alg: Algorithm[Any, Any, Any], msg: Message, state: ClientState
+    def fit_one(self, rnd: int, cid: int, alg: Algorithm[Any, Any, Any], msg: Message, state: ClientState,
+                purpose: str = FIT, data: ClientData | None = None, check: str | None = None
                 ) -> tuple[Message, ClientState]:
-        """One client's fit on its (seed, round, client) RNG; `state` is not modified."""
-        ctx = self.exp.context(cid, rnd, self.train_data[cid])
-        check = getattr(ctx.data, self.check_split) if self.check_split else None
-        with seeded(*client_stream(self.exp.config.seed, rnd, cid, FIT)):
-            return fit_client(alg, msg, state, ctx, check=check)
+        """One client's fit on its (seed, round, client, purpose) RNG; `state` is not modified. `data`: the client
+        data its context holds (None: the runner's training view); `check`: the split of it the trained model is
+        scored on (None: `check_split`)."""
+        ctx = self.exp.context(cid, rnd, data if data is not None else self.train_data[cid])
+        split = check or self.check_split
+        with seeded(*client_stream(self.exp.config.seed, rnd, cid, purpose)):
+            return fit_client(alg, msg, state, ctx, check=getattr(ctx.data, split) if split else None)
 
     def evaluate(self, rnd: int, messages: dict[int, Message], split: str) -> dict[str, dict[str, float]]:
         """Metrics of each client in `messages` (its deployed model) on its own split ('test' or 'val')."""

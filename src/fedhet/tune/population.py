@@ -21,18 +21,19 @@ from typing import Any
 import numpy as np
 
 from fedhet.core.messages import Reply
-from fedhet.core.seeding import numpy_rng, seeded
+from fedhet.core.seeding import FINETUNE, numpy_rng, seeded
 from fedhet.engine.experiment import Experiment
-from fedhet.engine.local import evaluate_client, fit_client
+from fedhet.engine.local import evaluate_client
 from fedhet.engine.rounds import aggregate_round, broadcast_round, sample_round
 from fedhet.errors import TrainingDivergedError
 from fedhet.runtimes.batched import BatchedClients
+from fedhet.runtimes.batched.runtime import FitJob
 from fedhet.runtimes.inprocess import InProcessClients
 from fedhet.tune.config import TuneConfig
 from fedhet.tune.evo import anneal, delta_ball
 from fedhet.tune.fedex import fedex_draw, fedex_start, fedex_step
 from fedhet.tune.fedpop import L_GAMMA, Tried, fedpop_g, fedpop_l, is_g_round, member_score
-from fedhet.tune.fitting import CHECK_LOSS, MemberRound, fit_as_lanes, fit_in_process
+from fedhet.tune.fitting import CHECK_LOSS, MemberRound, fit_as_lanes, fit_each, fit_in_process
 from fedhet.tune.member import Member, MethodCopies
 from fedhet.tune.space import HPVector, SearchSpace
 
@@ -212,24 +213,23 @@ class Population:
 
     def finetuned(self, member: Member, rnd: int) -> dict[str, dict[str, float]]:
         """The paper's "finetuned" accuracy (§2.11): every client trains the member's global model once with
-        the member's beta^0 (Loc(beta^0)) and is scored on its own test split; nothing is kept. A client whose
+        the member's beta^0 (Loc(beta^0)) and is scored on its own test split; nothing is kept. The clients train
+        as lanes on the batched runtime, each on its own (seed, round, client, "finetune") stream. A client whose
         finetuning diverges keeps the global model (what a user would deploy), marked `diverged: 1.0`."""
         center = self.copies.of(member.alpha, member.beta0)
         info, states = self.exp.round_info(rnd), self.states_of(member)
+        jobs = [FitJob(center, cid, center.broadcast(member.server, info, cid), states[cid], FINETUNE, client, "test")
+                for cid, client in enumerate(self.exp.data.clients) if client.test is not None and cid in states]
         results = {}
-        for cid, client in enumerate(self.exp.data.clients):
-            if client.test is None or cid not in states:
+        for job, reply in zip(jobs, fit_each(self.runner, rnd, jobs), strict=True):
+            assert job.data is not None and job.data.test is not None  # the jobs' own
+            if reply is not None:
+                results[job.data.name] = {"accuracy": float(reply.scalars["check_accuracy"]),
+                                          "loss": float(reply.scalars[CHECK_LOSS])}
                 continue
-            msg, ctx = center.broadcast(member.server, info, cid), self.exp.context(cid, rnd)
-            with seeded(self.exp.config.seed, rnd, cid, "finetune"):
-                try:
-                    reply, _ = fit_client(center, msg, states[cid], ctx, check=client.test)
-                    scores = {"accuracy": float(reply.scalars["check_accuracy"]),
-                              "loss": float(reply.scalars[CHECK_LOSS])}
-                except TrainingDivergedError:
-                    metrics = evaluate_client(center, msg, states[cid], ctx, client.test)
-                    scores = {"accuracy": metrics["accuracy"], "loss": metrics["loss"], "diverged": 1.0}
-            results[client.name] = scores
+            with seeded(self.exp.config.seed, rnd, job.cid, FINETUNE):
+                metrics = evaluate_client(center, job.msg, job.state, self.exp.context(job.cid, rnd), job.data.test)
+            results[job.data.name] = {"accuracy": metrics["accuracy"], "loss": metrics["loss"], "diverged": 1.0}
         return results
 
 

@@ -27,6 +27,7 @@ from fedhet.algorithms.base import Algorithm
 from fedhet.core.contract import ClientState, FitStats, LocalPass
 from fedhet.core.messages import Message, Reply
 from fedhet.core.seeding import FIT, client_stream
+from fedhet.data.federated import ClientData
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.finite import DIVERGED_ADVICE
 from fedhet.engine.local import add_check
@@ -54,12 +55,18 @@ T = TypeVar("T")
 
 @dataclass
 class FitJob:
-    """One client's fit in one federation: the method copy it trains with, its id, message and state."""
+    """One client's fit in one federation: the method copy it trains with, its id, message and state; `purpose`
+    keys its random stream (seeding.client_stream: FIT, or FedPop's "finetune"), `data` is the client data its
+    context holds (None: the runner's training view of the client) and `check` the split of it the trained model
+    is scored on (None: the runner's `check_split`)."""
 
     alg: Algorithm[Any, Any, Any]
     cid: int
     msg: Message
     state: ClientState
+    purpose: str = FIT
+    data: ClientData | None = None
+    check: str | None = None
 
 
 @dataclass
@@ -172,14 +179,14 @@ class BatchedClients(InProcessClients):
     def _fit_one(self, rnd: int, job: FitJob) -> FitOutcome:
         """One job as the in-process runtime fits it (the same code, RNG and result)."""
         try:
-            reply, state = self.fit_one(rnd, job.cid, job.alg, job.msg, job.state)
+            reply, state = self.fit_one(rnd, job.cid, job.alg, job.msg, job.state, job.purpose, job.data, job.check)
         except TrainingDivergedError:
             return FitOutcome(None, job.state)
         return FitOutcome(reply, state)
 
     def _lane(self, job: FitJob, rnd: int, rng: ClientRng) -> LaneWork:
         """The job's Work and passes, on its client's RNG, snapshotted before the next client's `start`."""
-        ctx = self.exp.context(job.cid, rnd, self.train_data[job.cid])
+        ctx = self.exp.context(job.cid, rnd, job.data if job.data is not None else self.train_data[job.cid])
         with rng.active():
             work = job.alg.start(job.msg, job.state, ctx)
             return snapshot(work, list(job.alg.passes(work)))
@@ -200,7 +207,7 @@ class BatchedClients(InProcessClients):
     def _fit_chunk(self, rnd: int, jobs: list[FitJob]) -> list[FitOutcome]:
         """Train one chunk (module docstring), its jobs grouped by the shape of their Work (MOON's first round has
         no previous model) and their method copy's `lane_group`; outcomes in the chunk's order."""
-        rngs = [ClientRng(*client_stream(self.exp.config.seed, rnd, job.cid, FIT)) for job in jobs]
+        rngs = [ClientRng(*client_stream(self.exp.config.seed, rnd, job.cid, job.purpose)) for job in jobs]
         with ClientRng.one_after_another():
             lanes = [self._lane(job, rnd, rng) for job, rng in zip(jobs, rngs, strict=True)]
         groups: dict[tuple[Any, ...], list[int]] = {}
@@ -224,8 +231,8 @@ class BatchedClients(InProcessClients):
         diverged = [False] * len(jobs)
         for k, local_pass in enumerate(lanes[0].passes):
             runner = self._runner(lanes, k, layout, [job.state.optim for job in jobs], state)
-            streams = [BatchStream(rng, _data_of(lane.passes[k], self.train_data[job.cid].train), lane.passes[k].train)
-                       for job, rng, lane in zip(jobs, rngs, lanes, strict=True)]
+            streams = [BatchStream(rng, _data_of(lane.passes[k], lane.work.ctx.data.train), lane.passes[k].train)
+                       for rng, lane in zip(rngs, lanes, strict=True)]
             result = self._guarded(runner.run, streams, tensors)
             for i, done in enumerate(result.stats):
                 optim[i].update(result.optim[i])
@@ -249,9 +256,10 @@ class BatchedClients(InProcessClients):
                         t.copy_(state[f"{f}:{n}"][i])
         with rng.active(last=True):
             reply, new_state = job.alg.finish(lane.work, job.state, stats)
-            if self.check_split:
-                ctx = lane.work.ctx  # the context `start` received: the client's training view of its data
-                add_check(reply, job.alg, lane.work, ctx, getattr(ctx.data, self.check_split))
+            split = job.check or self.check_split
+            if split:
+                ctx = lane.work.ctx  # the context `start` received: the job's view of the client's data
+                add_check(reply, job.alg, lane.work, ctx, getattr(ctx.data, split))
         return FitOutcome(reply, dataclasses.replace(new_state, optim=optim))
 
 
