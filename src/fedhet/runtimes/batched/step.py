@@ -93,7 +93,6 @@ class RoutedWork:
             for f, value in saved.items():
                 setattr(work, f, value)
 
-
     @contextmanager
     def guarded(self) -> Iterator[None]:
         """Within the block, calling one of the Work's original modules by another way than its field (which
