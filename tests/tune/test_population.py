@@ -119,15 +119,17 @@ def test_finetuned_accuracy_trains_each_client_once_from_the_global_model() -> N
     assert after == global_  # and nothing of it was kept
 
 
-
-def test_a_finetuning_that_diverges_keeps_the_global_model() -> None:
-    wide = [*BASE[:-1], "tune.clients=fixed", "tune.space={client: {train.lr: {type: log_uniform, low: -2, high: 6}}}"]
+@pytest.mark.parametrize("runtime", ["inprocess", "batched"])  # batched: the clients' finetuning as lanes
+def test_a_finetuning_that_diverges_keeps_the_global_model(runtime: str) -> None:
+    wide = [*BASE[:-1], "tune.clients=fixed", "tune.space={client: {train.lr: {type: log_uniform, low: -2, high: 6}}}",
+            f"run.runtime={runtime}", "run.batched_min_lanes=1"]
     cfg = load_config(None, wide)
     tune = tune_config(cfg)
     pop = Population(build_experiment(cfg), tune, resolve_space(tune))
     pop.start([({}, {"train.lr": -1.5})])
     pop.play_round(1)
     member = pop.members[0]
+    assert not any("diverged" in scores for scores in pop.finetuned(member, 1).values())
     global_ = pop.evaluate(member, 1, "test")
     member.beta0 = {"train.lr": 6.0}  # lr 1e6 for the finetuning pass only
     fallen = pop.finetuned(member, 1)

@@ -53,24 +53,6 @@ def test_lanes_give_the_in_process_population_with_fedpop_l_and_g() -> None:
         assert got[name] == pytest.approx(scores, rel=TOL, abs=TOL), name
 
 
-def test_finetuning_lanes_that_diverge_keep_the_global_model() -> None:
-    wide = [*BASE[:-1], "run.runtime=batched", "tune.clients=fixed", "tune.fedpop_l=false", "tune.fedpop_g=false",
-            "tune.space={client: {train.lr: {type: log_uniform, low: -2, high: 6}}}"]
-    cfg = load_config(None, wide)
-    tune = tune_config(cfg)
-    pop = Population(build_experiment(cfg), tune, resolve_space(tune))
-    pop.start([({}, {"train.lr": -1.5})])
-    pop.play_round(1)
-    member = pop.members[0]
-    fine = pop.finetuned(member, 1)
-    assert not any("diverged" in scores for scores in fine.values())
-    global_ = pop.evaluate(member, 1, "test")
-    member.beta0 = {"train.lr": 6.0}  # lr 1e6 for the finetuning pass only
-    fallen = pop.finetuned(member, 1)
-    assert set(fallen) == set(global_)
-    assert all(fallen[n]["diverged"] == 1.0 and fallen[n]["accuracy"] == global_[n]["accuracy"] for n in fallen)
-
-
 def test_one_step_of_lanes_with_their_own_hyperparameters_matches_each_client_alone() -> None:
     """Four clients of two members, with different lr / momentum / wd / batch size / mu, in one call."""
     cfg = load_config(None, [*BASE, "run.runtime=batched", "train.local_steps=4"])
