@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -55,3 +57,32 @@ def test_server_lr_decays_per_step() -> None:
     for want in (1.0, 1.5, 1.75):
         w, state = opt.step(w, {"w": w["w"] + 1.0}, state)
         assert torch.allclose(w["w"], torch.full((2,), want))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_buffers_take_the_average_unless_optimize_buffers(optimizer: str) -> None:
+    """A BatchNorm running variance stepped with lr 2 and momentum would turn negative (NaN in eval mode): by
+    default the model's buffers take the clients' average and only its parameters are stepped."""
+    cfg = ServerConfig(optimizer=optimizer, lr=2.0, momentum=0.9 if optimizer == "sgd" else 0.0)
+    keys = frozenset({"bn.running_var"})
+    cur = {"w": torch.tensor([1.0]), "bn.running_var": torch.tensor([1.0])}
+    avg = {"w": torch.tensor([0.2]), "bn.running_var": torch.tensor([0.2])}
+    new, state = ServerOptimizer(cfg, keys).step(cur, avg, {})
+    assert new["bn.running_var"].item() == pytest.approx(0.2)
+    assert new["w"].item() != pytest.approx(0.2) and not any("running_var" in k for k in state)
+    stepped, _ = ServerOptimizer(dataclasses.replace(cfg, optimize_buffers=True), keys).step(cur, avg, {})
+    assert stepped["bn.running_var"].item() == pytest.approx(new["w"].item())  # the parameters' rule ...
+    assert stepped["bn.running_var"].item() < 0  # ... which makes this variance negative
+
+
+def test_a_method_steps_its_parameters_and_averages_its_batchnorm_buffers() -> None:
+    """The buffer keys reach the server optimizer from the model (and survive `with_hparams` copies)."""
+    from fedhet.algorithms.base import with_hparams
+    from fedhet.config import load_config
+    from fedhet.engine.experiment import build_experiment
+
+    cfg = load_config(None, ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={norm: bn}",
+                             "server.lr=1.5", "server.momentum=0.5", "run.quiet=true"])
+    alg = build_experiment(cfg).algorithm
+    for opt in (alg.server_opt, with_hparams(alg, server=cfg.server).server_opt):
+        assert opt.buffers and all("running_" in k or "num_batches" in k for k in opt.buffers)

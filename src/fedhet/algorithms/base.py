@@ -95,7 +95,7 @@ class Algorithm(Generic[S, C, W]):
         self.num_classes = num_classes
         self.device = device
         template = model_fn().to(device)
-        self.server_opt = ServerOptimizer(server)
+        self.server_opt = ServerOptimizer(server, frozenset(name for name, _ in template.named_buffers()))
         self.parts = ModelParts(template, self.shared_keys(template))
 
     # ------------------------------------------------------------------ models
@@ -194,6 +194,6 @@ def with_hparams(alg: A, train: TrainConfig | None = None, server: ServerConfig 
     copy.__dict__.update(alg.__dict__)
     copy.train_cfg = train or alg.train_cfg
     copy.server_cfg = server or alg.server_cfg
-    copy.server_opt = ServerOptimizer(copy.server_cfg)
+    copy.server_opt = ServerOptimizer(copy.server_cfg, alg.server_opt.buffers)
     copy.params = alg.params if params is None else params
     return copy

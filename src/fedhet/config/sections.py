@@ -143,6 +143,11 @@ class ServerConfig:
     momentum: float = 0.0
     betas: tuple[float, float] = (0.9, 0.99)
     eps: float = 1e-3  # FedAdam's tau (Reddi et al. 2021)
+    # the server optimizer steps the model's parameters; its buffers (BatchNorm running statistics) take the
+    # clients' average, as a torch optimizer over model.parameters() leaves them (FederatedScope's FedOpt,
+    # APPFL's FedAdam); true: step them too (Flower's FedOpt strategies, which see only arrays). Stepping a running
+    # variance with lr > 1 or momentum can make it negative: NaN in eval mode
+    optimize_buffers: bool = False
     # Flower runtimes only (the in-process runtime has no lost or failed replies); see docs/flower.md "Faults"
     min_fit_fraction: float = 1.0  # share of the sampled clients whose fit replies must arrive valid, else stop
     min_evaluate_fraction: float | None = None  # the same for evaluation replies (None: min_fit_fraction)

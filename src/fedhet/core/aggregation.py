@@ -41,11 +41,15 @@ class ServerOptimizer:
 
     sgd with lr=1, momentum=0 is plain FedAvg (w ← avg); momentum > 0 is FedAvgM; `adam` is FedAdam
     with tau = `eps`. `lr_decay` < 1 decays the server lr per step, lr_t = lr * lr_decay^(t-1) (StepLR with
-    step 1, as the FedEx code's server). Non-float entries (buffer counters) are replaced by the average directly.
+    step 1, as the FedEx code's server). Non-float entries (buffer counters) are replaced by the average directly,
+    and so are the model's `buffers` (BatchNorm running statistics) unless `server.optimize_buffers`: a torch
+    optimizer over `model.parameters()` (FederatedScope's FedOpt, APPFL's FedAdam) never touches them, and a running
+    variance stepped with lr > 1 or momentum can turn negative.
     """
 
-    def __init__(self, cfg: ServerConfig) -> None:
+    def __init__(self, cfg: ServerConfig, buffers: frozenset[str] = frozenset()) -> None:
         self.cfg = cfg
+        self.buffers = buffers  # state keys of the model's buffers
 
     def is_identity(self) -> bool:
         return (self.cfg.optimizer == "sgd" and self.cfg.lr == 1.0 and self.cfg.momentum == 0.0
@@ -62,7 +66,7 @@ class ServerOptimizer:
         lr = self.cfg.lr * self.cfg.lr_decay ** (t - 1)
         for key, avg in averaged.items():
             cur = current[key]
-            if not cur.is_floating_point():
+            if not cur.is_floating_point() or (key in self.buffers and not self.cfg.optimize_buffers):
                 new[key] = avg
                 continue
             delta = cur - avg  # pseudo-gradient
