@@ -112,11 +112,14 @@ def machine() -> dict[str, str]:
 
 
 def _cpu_model() -> str:
-    """The CPU's model name: two CPUs with the same capability (AVX512 on an AMD EPYC and on an Intel Xeon) round
-    differently in the last bit (seen 2026-11-28), so the model is part of the fingerprint."""
+    """The CPU's model name and a digest of its feature flags: two CPUs with the same capability (AVX512 on an AMD
+    EPYC and on an Intel Xeon) round differently in the last bit (seen 2026-11-28), and a VM's generic name
+    ("Intel(R) Xeon(R) Processor @ 2.80GHz") can stand for several generations, whose flags differ (oneDNN picks
+    its kernels by them)."""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        fields = dict(line.split(":", 1) for line in cpuinfo.read_text().split("\n\n")[0].splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        flags = hashlib.sha256(" ".join(sorted(fields.get("flags", "").split())).encode()).hexdigest()[:12]
+        return f"{fields.get('model name', 'unknown')} (flags {flags})"
     return platform.processor() or "unknown"

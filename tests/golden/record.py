@@ -41,7 +41,9 @@ def source() -> dict[str, str]:
                                check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return {"package": str(path), "commit": "unknown"}
-    return {"package": str(path), "commit": commit.strip() + (" (modified)" if dirty.strip() else "")}
+    root = Path(__file__).resolve().parents[2]  # the checkout: the path is kept relative to it
+    package = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+    return {"package": package, "commit": commit.strip() + (" (modified)" if dirty.strip() else "")}
 
 
 def case_entry(case: GoldenCase, result: dict[str, Any]) -> dict[str, Any]:
