@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from torch.utils.data import Dataset
@@ -14,6 +15,32 @@ from fedhet.core.seeding import EVALUATE, FIT, client_stream, seeded
 from fedhet.data.federated import ClientData
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.local import evaluate_client, fit_client
+from fedhet.errors import TrainingDivergedError
+
+
+@dataclass
+class FitJob:
+    """One client's fit in one federation: the method copy it trains with, its id, message and state; `purpose`
+    keys its random stream (seeding.client_stream: FIT, or FedPop's "finetune"), `data` is the client data its
+    context holds (None: the runner's training view of the client) and `check` the split of it the trained model
+    is scored on (None: the runner's `check_split`)."""
+
+    alg: Algorithm[Any, Any, Any]
+    cid: int
+    msg: Message
+    state: ClientState
+    purpose: str = FIT
+    data: ClientData | None = None
+    check: str | None = None
+
+
+@dataclass
+class FitOutcome:
+    """A job's reply (None: its loss became NaN / inf) and new client state (the old one when it diverged)."""
+
+    reply: Message | None
+    state: ClientState
+
 
 
 class InProcessClients:
@@ -53,6 +80,19 @@ class InProcessClients:
         split = check or self.check_split
         with seeded(*client_stream(self.exp.config.seed, rnd, cid, purpose)):
             return fit_client(alg, msg, state, ctx, check=getattr(ctx.data, split) if split else None)
+
+    def fit_job(self, rnd: int, job: FitJob) -> FitOutcome:
+        """One job fitted by `fit_one`; a NaN / inf loss gives no reply and the job's old state."""
+        try:
+            reply, state = self.fit_one(rnd, job.cid, job.alg, job.msg, job.state, job.purpose, job.data, job.check)
+        except TrainingDivergedError:
+            return FitOutcome(None, job.state)
+        return FitOutcome(reply, state)
+
+    def fit_jobs(self, rnd: int, jobs: list[FitJob]) -> list[FitOutcome]:
+        """Fit any clients of any federations sharing this experiment, one after another, nothing stored;
+        outcomes in the jobs' order (the batched runtime trains them as lanes)."""
+        return [self.fit_job(rnd, job) for job in jobs]
 
     def evaluate(self, rnd: int, messages: dict[int, Message], split: str) -> dict[str, dict[str, float]]:
         """Metrics of each client in `messages` (its deployed model) on its own split ('test' or 'val')."""

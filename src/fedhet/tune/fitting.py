@@ -71,17 +71,3 @@ def fit_in_process(runner: InProcessClients, rnd: int, plan: MemberRound, states
         return str(err)
     return replies, {cid: runner.states[cid] for cid in plan.messages}
 
-
-def fit_each(runner: InProcessClients, rnd: int, jobs: list[FitJob]) -> list[Message | None]:
-    """Each job's reply, None where its loss became NaN / inf; nothing is stored. As lanes on the batched
-    runtime (`BatchedClients.fit_jobs`), else one after another; either way the job's own random stream."""
-    if isinstance(runner, BatchedClients):
-        return [out.reply for out in runner.fit_jobs(rnd, jobs)]
-    replies: list[Message | None] = []
-    for job in jobs:
-        try:
-            replies.append(runner.fit_one(rnd, job.cid, job.alg, job.msg, job.state, job.purpose, job.data,
-                                          job.check)[0])
-        except TrainingDivergedError:
-            replies.append(None)
-    return replies

@@ -27,13 +27,12 @@ from fedhet.engine.local import evaluate_client
 from fedhet.engine.rounds import aggregate_round, broadcast_round, sample_round
 from fedhet.errors import TrainingDivergedError
 from fedhet.runtimes.batched import BatchedClients
-from fedhet.runtimes.batched.runtime import FitJob
-from fedhet.runtimes.inprocess import InProcessClients
+from fedhet.runtimes.inprocess import FitJob, InProcessClients
 from fedhet.tune.config import TuneConfig
 from fedhet.tune.evo import anneal, delta_ball
 from fedhet.tune.fedex import fedex_draw, fedex_start, fedex_step
 from fedhet.tune.fedpop import L_GAMMA, Tried, fedpop_g, fedpop_l, is_g_round, member_score
-from fedhet.tune.fitting import CHECK_LOSS, MemberRound, fit_as_lanes, fit_each, fit_in_process
+from fedhet.tune.fitting import CHECK_LOSS, MemberRound, fit_as_lanes, fit_in_process
 from fedhet.tune.member import Member, MethodCopies
 from fedhet.tune.space import HPVector, SearchSpace
 
@@ -221,7 +220,7 @@ class Population:
         jobs = [FitJob(center, cid, center.broadcast(member.server, info, cid), states[cid], FINETUNE, client, "test")
                 for cid, client in enumerate(self.exp.data.clients) if client.test is not None and cid in states]
         results = {}
-        for job, reply in zip(jobs, fit_each(self.runner, rnd, jobs), strict=True):
+        for job, reply in zip(jobs, [out.reply for out in self.runner.fit_jobs(rnd, jobs)], strict=True):
             assert job.data is not None and job.data.test is not None  # the jobs' own
             if reply is not None:
                 results[job.data.name] = {"accuracy": float(reply.scalars["check_accuracy"]),

@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
 from torch.utils.data import Dataset
 
 from fedhet.algorithms.base import Algorithm
-from fedhet.core.contract import ClientState, FitStats, LocalPass
+from fedhet.core.contract import FitStats, LocalPass
 from fedhet.core.messages import Message, Reply
-from fedhet.core.seeding import FIT, client_stream
-from fedhet.data.federated import ClientData
+from fedhet.core.seeding import client_stream
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.finite import DIVERGED_ADVICE
 from fedhet.engine.local import add_check
@@ -48,33 +46,9 @@ from fedhet.runtimes.batched.rule import (
     snapshot,
 )
 from fedhet.runtimes.batched.step import Cache, RoutedWork, functional_copies
-from fedhet.runtimes.inprocess import InProcessClients
+from fedhet.runtimes.inprocess import FitJob, FitOutcome, InProcessClients
 
 T = TypeVar("T")
-
-
-@dataclass
-class FitJob:
-    """One client's fit in one federation: the method copy it trains with, its id, message and state; `purpose`
-    keys its random stream (seeding.client_stream: FIT, or FedPop's "finetune"), `data` is the client data its
-    context holds (None: the runner's training view of the client) and `check` the split of it the trained model
-    is scored on (None: the runner's `check_split`)."""
-
-    alg: Algorithm[Any, Any, Any]
-    cid: int
-    msg: Message
-    state: ClientState
-    purpose: str = FIT
-    data: ClientData | None = None
-    check: str | None = None
-
-
-@dataclass
-class FitOutcome:
-    """A job's reply (None: its loss became NaN / inf) and new client state (the old one when it diverged)."""
-
-    reply: Message | None
-    state: ClientState
 
 
 class BatchedClients(InProcessClients):
@@ -168,21 +142,13 @@ class BatchedClients(InProcessClients):
         done: dict[int, FitOutcome] = {}
         for batch_size, idx in by_size.items():
             if len(idx) < self.min_lanes:
-                done.update((i, self._fit_one(rnd, jobs[i])) for i in idx)
+                done.update((i, self.fit_job(rnd, jobs[i])) for i in idx)
                 continue
             size = self._chunk_size(batch_size)
             for start in range(0, len(idx), size):
                 part = idx[start:start + size]
                 done.update(zip(part, self._fit_chunk(rnd, [jobs[i] for i in part]), strict=True))
         return [done[i] for i in range(len(jobs))]
-
-    def _fit_one(self, rnd: int, job: FitJob) -> FitOutcome:
-        """One job as the in-process runtime fits it (the same code, RNG and result)."""
-        try:
-            reply, state = self.fit_one(rnd, job.cid, job.alg, job.msg, job.state, job.purpose, job.data, job.check)
-        except TrainingDivergedError:
-            return FitOutcome(None, job.state)
-        return FitOutcome(reply, state)
 
     def _lane(self, job: FitJob, rnd: int, rng: ClientRng) -> LaneWork:
         """The job's Work and passes, on its client's RNG, snapshotted before the next client's `start`."""
