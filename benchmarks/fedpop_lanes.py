@@ -18,6 +18,8 @@ Goals: batched_steps / bare_vmap <= 1.2 (a; batched / bare_vmap beside it); inpr
 `compiled`: the plain vmap step of `micro` eager and under `torch.compile` (inductor; needs a C++ compiler on a CPU),
 with the time to compile (the first call, a cold or warm inductor cache as it comes): what a compiled vectorized step
 could give the batched runtime, which does not compile its steps (docs/results/runtimes.md "Lanes").
+`compiled_shapes`: that compiled step (`dynamic=True`) called with the (lanes, batch) shapes of a FedPop job's steps:
+what each new shape costs (Dynamo compiles the vmapped step once per shape).
 
 `tune`: one FedPop job (RS + FedPop, 5 configurations) on Synthetic(0.5, 0.5) with the 60-20-10 MLP, timed end
 to end with `run.runtime=inprocess` and `run.runtime=batched` (goal d: >= 3x), with the paper's client space and
@@ -26,6 +28,7 @@ with the batch size fixed (the space then has no value that splits lanes into gr
     python benchmarks/fedpop_lanes.py micro --out docs/results/fedpop_lanes_micro.json
     python benchmarks/fedpop_lanes.py tune --rounds 10 --out docs/results/fedpop_lanes_tune.json
     python benchmarks/fedpop_lanes.py compiled --out docs/results/fedpop_lanes_compiled.json
+    python benchmarks/fedpop_lanes.py compiled_shapes --out docs/results/fedpop_lanes_compiled_shapes_xeon.json
 """
 
 from __future__ import annotations
@@ -205,6 +208,29 @@ def compiled(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def compiled_shapes(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The compiled plain vmap SGD step of the 60-20-10 MLP (`torch.compile(dynamic=True)`) called with the
+    (lanes, batch) shapes a FedPop job gives its steps: the first call of each shape, and Dynamo's graph count."""
+    from torch._dynamo.utils import counters
+
+    model = experiment(60, 20, args.steps, args.device).algorithm.parts.new()
+    loss = nn.CrossEntropyLoss()
+    grads = vmap(grad(lambda p, x, y: loss(functional_call(model, p, (x,)), y)))
+    step = torch.compile(lambda p, x, y: {k: v - LR * g for (k, v), g in zip(p.items(), grads(p, x, y).values(),
+                                                                              strict=True)}, dynamic=True)
+    rows = []
+    for lanes, batch in [(64, 32), (32, 32), (16, 32), (16, 8), (16, 7), (13, 32), (64, 32)]:
+        p = {k: v.detach().unsqueeze(0).repeat(lanes, *[1] * v.dim()) for k, v in model.named_parameters()}
+        x, y = torch.randn(lanes, batch, 60), torch.randint(0, 10, (lanes, batch))
+        start = time.perf_counter()
+        step(p, x, y)
+        row = {"lanes": lanes, "batch": batch, "first_call_s": time.perf_counter() - start,
+               "graphs": counters["stats"]["unique_graphs"]}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
 def tune(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     base = ["data.dataset=synthetic_a05_b05", "model.name=mlp", "model.args={hidden: [20]}", "data.val_fraction=0.2",
@@ -232,7 +258,7 @@ def tune(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=["micro", "compiled", "tune"])
+    parser.add_argument("part", choices=["micro", "compiled", "compiled_shapes", "tune"])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=10)
@@ -241,7 +267,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    rows = {"micro": micro, "compiled": compiled, "tune": tune}[args.part](args)
+    rows = {"micro": micro, "compiled": compiled, "compiled_shapes": compiled_shapes, "tune": tune}[args.part](args)
     payload = {"benchmark": f"fedpop_lanes_{args.part}", "torch": torch.__version__,
                "python": platform.python_version(), "machine": platform.machine(), "threads": args.threads,
                "args": vars(args), "results": rows}
