@@ -1,10 +1,10 @@
-"""Training a tuning population's round: each member's clients in turn on the in-process runner, or every
-member's clients at once as lanes of the batched runtime (`run.runtime: batched`; design:
-docs/design_fedpop_runner.md §4). As lanes, every live member's active clients, each with its own method copy
-(Concat(alpha_i, beta_i^k)), message and state, are fitted together by `BatchedClients.fit_jobs`, so members and
-clients that differ only in laned values (the local optimizer's lr / momentum / weight decay, epochs, batch size,
-FedProx's mu; runtimes/batched/rule.lane_group) share one vectorized step. Aggregation stays per member
-(population.py). The result per member is what the in-process runner gives, to float rounding (tests)."""
+"""Training a tuning population's round: every live member's active clients, each with its own method copy
+(Concat(alpha_i, beta_i^k)), message and state, fitted by the runner's `fit_jobs` (runtimes/inprocess.py): one
+after another in-process, or at once as lanes of the batched runtime (`run.runtime: batched`; design:
+docs/design_fedpop_runner.md §4), where members and clients that differ only in laned values (the local
+optimizer's lr / momentum / weight decay, epochs, batch size, FedProx's mu; runtimes/batched/rule.lane_group)
+share one vectorized step. Aggregation stays per member (population.py). The result per member is the same on
+both runtimes, to float rounding (tests)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,7 @@ from typing import Any
 from fedhet.algorithms.base import Algorithm
 from fedhet.core.contract import ClientState
 from fedhet.core.messages import Message, Reply
-from fedhet.errors import TrainingDivergedError
-from fedhet.runtimes.batched.runtime import BatchedClients, FitJob
-from fedhet.runtimes.inprocess import InProcessClients
+from fedhet.runtimes.inprocess import FitJob, InProcessClients
 from fedhet.tune.member import Member
 from fedhet.tune.space import HPVector
 
@@ -38,10 +36,10 @@ class MemberRound:
     messages: dict[int, Message]
 
 
-def fit_as_lanes(runner: BatchedClients, rnd: int, plans: list[MemberRound],
+def fit_members(runner: InProcessClients, rnd: int, plans: list[MemberRound],
                  states_of: Callable[[Member], dict[int, Any]]) -> dict[int, Fitted]:
-    """Every plan's clients fitted as lanes; per member slot, its replies and new client states, or the
-    divergence message when any of its clients' losses became NaN / inf (that member only)."""
+    """Every plan's clients fitted by `runner.fit_jobs`; per member slot, its replies and new client states, or
+    the divergence message when any of its clients' losses became NaN / inf (that member only)."""
     jobs: list[FitJob] = []
     for plan in plans:
         states = states_of(plan.member)
@@ -52,22 +50,9 @@ def fit_as_lanes(runner: BatchedClients, rnd: int, plans: list[MemberRound],
         mine = [(cid, next(outcomes)) for cid in plan.messages]
         bad = [cid for cid, out in mine if out.reply is None]
         if bad:
-            fitted[plan.member.slot] = (f"loss became NaN/inf in local training of clients {bad} in round {rnd} "
-                                        "(as lanes)")
+            fitted[plan.member.slot] = f"loss became NaN/inf in local training of clients {bad} in round {rnd}"
             continue
         replies = [Reply(cid, out.reply, runner.train_data[cid].num_train) for cid, out in mine
                    if out.reply is not None]
         fitted[plan.member.slot] = replies, {cid: out.state for cid, out in mine}
     return fitted
-
-
-def fit_in_process(runner: InProcessClients, rnd: int, plan: MemberRound, states: dict[int, Any]) -> Fitted:
-    """One member's clients, one after another, from the member's client `states`."""
-    runner.alg = plan.center
-    runner.set_states(states)
-    try:
-        replies = runner.fit(rnd, plan.messages, algorithms=plan.copies)
-    except TrainingDivergedError as err:
-        return str(err)
-    return replies, {cid: runner.states[cid] for cid in plan.messages}
-

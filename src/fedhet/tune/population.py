@@ -32,7 +32,7 @@ from fedhet.tune.config import TuneConfig
 from fedhet.tune.evo import anneal, delta_ball
 from fedhet.tune.fedex import fedex_draw, fedex_start, fedex_step
 from fedhet.tune.fedpop import L_GAMMA, Tried, fedpop_g, fedpop_l, is_g_round, member_score
-from fedhet.tune.fitting import CHECK_LOSS, MemberRound, fit_as_lanes, fit_in_process
+from fedhet.tune.fitting import CHECK_LOSS, MemberRound, fit_members
 from fedhet.tune.member import Member, MethodCopies
 from fedhet.tune.space import HPVector, SearchSpace
 
@@ -93,19 +93,15 @@ class Population:
 
     def train_round(self, rnd: int) -> None:
         """One communication round of every live member (Alg. 1, lines 'for i in 1..N_c'): broadcasts, the
-        clients' training (each member in turn in-process, all members' clients at once as lanes with
-        `run.runtime: batched`), then each member's aggregation and FedPop-L / FedEx. The members' scores of
+        clients' training (fitting.fit_members: one after another in-process, all members' clients at once as
+        lanes with `run.runtime: batched`), then each member's aggregation and FedPop-L / FedEx. The members' scores of
         this round are appended to their histories and kept per client in `last_scores`."""
         sampled = sample_round(self.exp, self.runner.num_train_clients, rnd)
         plans = [plan_round(self, member, rnd, sampled) for member in self.members if member.alive]
         self.trained_betas = {plan.member.slot: [dict(b) for b in plan.betas] for plan in plans}  # the HP log's
         for plan in plans:  # Table 1 counts every vector that trains, whether or not its training diverges
             self.tried.note(plan.member.alpha, plan.betas)
-        if isinstance(self.runner, BatchedClients):
-            fitted = fit_as_lanes(self.runner, rnd, plans, self.states_of)
-        else:
-            fitted = {plan.member.slot: fit_in_process(self.runner, rnd, plan, self.states_of(plan.member))
-                      for plan in plans}
+        fitted = fit_members(self.runner, rnd, plans, self.states_of)
         for plan in plans:
             member, result = plan.member, fitted[plan.member.slot]
             try:
