@@ -37,7 +37,7 @@ class MemberRound:
 
 
 def fit_members(runner: InProcessClients, rnd: int, plans: list[MemberRound],
-                 states_of: Callable[[Member], dict[int, Any]]) -> dict[int, Fitted]:
+                states_of: Callable[[Member], dict[int, Any]]) -> dict[int, Fitted]:
     """Every plan's clients fitted by `runner.fit_jobs`; per member slot, its replies and new client states, or
     the divergence message when any of its clients' losses became NaN / inf (that member only)."""
     jobs: list[FitJob] = []

@@ -94,8 +94,8 @@ class Population:
     def train_round(self, rnd: int) -> None:
         """One communication round of every live member (Alg. 1, lines 'for i in 1..N_c'): broadcasts, the
         clients' training (fitting.fit_members: one after another in-process, all members' clients at once as
-        lanes with `run.runtime: batched`), then each member's aggregation and FedPop-L / FedEx. The members' scores of
-        this round are appended to their histories and kept per client in `last_scores`."""
+        lanes with `run.runtime: batched`), then each member's aggregation and FedPop-L / FedEx. The members'
+        scores of this round are appended to their histories and kept per client in `last_scores`."""
         sampled = sample_round(self.exp, self.runner.num_train_clients, rnd)
         plans = [plan_round(self, member, rnd, sampled) for member in self.members if member.alive]
         self.trained_betas = {plan.member.slot: [dict(b) for b in plan.betas] for plan in plans}  # the HP log's
