@@ -42,7 +42,6 @@ class FitOutcome:
     state: ClientState
 
 
-
 class InProcessClients:
     """Runs fit / evaluate for the sampled clients one after another, seeding each by (seed, round, client)."""
 
