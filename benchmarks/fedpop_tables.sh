@@ -15,6 +15,8 @@
 # torch thread (run.num_threads: 1 in configs/fedpop/common.yaml). Cost per trial: docs/results/fedpop.md.
 #   bash benchmarks/fedpop_tables.sh [table2|shakespeare|table3|ablation|scores|reports]
 #   SEEDS=1 bash benchmarks/fedpop_tables.sh table2
+#   ONLY=shk_niid bash benchmarks/fedpop_tables.sh shakespeare   # only jobs whose run directory contains ONLY
+# Two drivers may share the machine (one core each) when their ONLY filters select disjoint jobs.
 # Smoke test of every stage (tiny; what docs/results/fedpop.md reports):
 #   PREFIX=fedpop_smoke RUNS=/tmp/fedpop_smoke OUT=/tmp/fedpop_smoke/tables SEEDS=1 EXTRA="rounds=3 \
 #     tune.budget=null tune.configs=4 tune.eta=2 tune.eliminations=2 tune.g_interval=1.0 data.num_clients=20 \
@@ -32,6 +34,7 @@ RUNS=${RUNS:-runs}                  # where the run directories go
 OUT=${OUT:-docs/results/fedpop}     # where the tables go
 PREFIX=${PREFIX:-fedpop}            # run names: <PREFIX>_t2_iid, ...
 SEEDS=${SEEDS:-1,2,3}
+ONLY=${ONLY:-}                      # run only jobs whose run directory contains this text
 read -r -a EXTRA <<< "${EXTRA:-}"   # overrides added to every job (smoke tests)
 what=${1:-all}
 CFG=configs/fedpop
@@ -62,6 +65,7 @@ job() {
   shift 8
   local label=fedavg+$wrapper+$tuner${suffix:++$suffix}
   local dir=$RUNS/$name/$dataset/$label/seed$seed mode=()
+  [[ -z $ONLY || $dir == *"$ONLY"* ]] || return 0
   if [[ -f $dir/summary.json ]]; then
     echo "done     $dir"
     return
