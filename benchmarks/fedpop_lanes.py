@@ -23,7 +23,8 @@ what each new shape costs (Dynamo compiles the vmapped step once per shape).
 
 `tune`: one FedPop job (RS + FedPop, 5 configurations) on Synthetic(0.5, 0.5) with the 60-20-10 MLP, timed end
 to end with `run.runtime=inprocess` and `run.runtime=batched` (goal d: >= 3x), with the paper's client space and
-with the batch size fixed (the space then has no value that splits lanes into groups).
+with the batch size fixed (the space then has no value that splits lanes into groups); the paper's space also with
+`run.batched_accumulate` (lanes of every batch size in one group, their batches split into micro-batches of 8).
 
     python benchmarks/fedpop_lanes.py micro --out docs/results/fedpop_lanes_micro.json
     python benchmarks/fedpop_lanes.py tune --rounds 10 --out docs/results/fedpop_lanes_tune.json
@@ -241,16 +242,22 @@ def tune(args: argparse.Namespace) -> list[dict[str, Any]]:
                              "{type: uniform, low: 0, high: 0.99}, train.weight_decay: {type: log_uniform, low: -5, "
                              "high: -1}, train.local_epochs: {type: int, low: 1, high: 5}}, server: {server.lr: "
                              "{type: log_uniform, low: -1, high: 1}}}"}
+    runtimes = {"inprocess": ["run.runtime=inprocess"], "batched": ["run.runtime=batched"],
+                "accumulate": ["run.runtime=batched", "run.batched_accumulate=true"]}
     for space, override in spaces.items():
         row: dict[str, Any] = {"space": space, "rounds": args.rounds}
-        for runtime in ("inprocess", "batched"):
-            cfg = load_config(None, [*base, override, f"run.runtime={runtime}"])
+        for runtime, settings in runtimes.items():
+            if runtime == "accumulate" and space == "fixed_batch":
+                continue  # one batch size: nothing to split
+            cfg = load_config(None, [*base, override, *settings])
             with tempfile.TemporaryDirectory() as tmp:
                 start = time.perf_counter()
                 result = run_tuning(cfg, tmp, progress=False)
                 row[f"{runtime}_s"] = time.perf_counter() - start
                 row[f"{runtime}_selected"] = result.summary["tune"].get("values")
         row["d_inprocess_over_batched"] = row["inprocess_s"] / row["batched_s"]
+        if "accumulate_s" in row:
+            row["d_inprocess_over_accumulate"] = row["inprocess_s"] / row["accumulate_s"]
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows

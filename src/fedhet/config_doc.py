@@ -55,6 +55,9 @@ MEANINGS = {
                              "25% of RAM on CPU)",
     "run.batched_min_lanes": "batched runtime: a batch-size group of fewer clients trains one after another "
                              "(null: 8 on a CPU, 2 on a GPU)",
+    "run.batched_accumulate": "batched runtime: clients of different batch sizes train as one group, each batch split "
+                              "into micro-batches of the sizes' gcd (FedAvg / FedProx losses; equal to in-process up "
+                              "to float rounding)",
     "run.checkpoint_every": "write a checkpoint every this many rounds (and after the last)",
     "run.quiet": "no progress bar",
 }

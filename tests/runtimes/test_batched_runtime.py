@@ -220,7 +220,8 @@ def test_groups_smaller_than_min_lanes_train_one_after_another(tmp_path: Path, m
     msgs = {cid: alg.broadcast(alg.init_server(), exp.round_info(1), cid) for cid in range(4)}
     laned: list[int] = []
     chunk = lanes._fit_chunk
-    monkeypatch.setattr(lanes, "_fit_chunk", lambda rnd, jobs: (laned.extend(j.cid for j in jobs), chunk(rnd, jobs))[1])
+    monkeypatch.setattr(lanes, "_fit_chunk",
+                        lambda rnd, jobs, rows=None: (laned.extend(j.cid for j in jobs), chunk(rnd, jobs, rows))[1])
     got, want = lanes.fit(1, msgs, copies), seq.fit(1, msgs, copies)
     assert sorted(laned) == ([0, 1, 2, 3] if min_lanes <= 2 else [])
     assert [r.client_id for r in got] == [r.client_id for r in want] == [0, 1, 2, 3]

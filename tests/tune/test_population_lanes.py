@@ -15,6 +15,7 @@ from tune_testing import played
 from fedhet.config import load_config
 from fedhet.engine.experiment import build_experiment
 from fedhet.runtimes.batched import BatchedClients
+from fedhet.runtimes.batched.accumulate import AccumulatingRunner
 from fedhet.runtimes.batched.runtime import FitJob
 from fedhet.runtimes.inprocess import InProcessClients
 from fedhet.tune.config import resolve_space, tune_config
@@ -35,9 +36,16 @@ def close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return all(torch.allclose(a[k], b[k], atol=TOL, rtol=TOL) for k in a)
 
 
-def test_lanes_give_the_in_process_population_with_fedpop_l_and_g() -> None:
-    seq, lanes = played(base=BASE), played("run.runtime=batched", base=BASE)
-    assert isinstance(lanes.runner, BatchedClients)
+@pytest.mark.parametrize("split", [False, True], ids=["grouped", "accumulate"])
+def test_lanes_give_the_in_process_population_with_fedpop_l_and_g(monkeypatch: pytest.MonkeyPatch,
+                                                                   split: bool) -> None:
+    """`split`: run.batched_accumulate, the batch sizes 8 and 16 as one group of lanes (micro-batches of 8)."""
+    accumulated: list[int] = []
+    run = AccumulatingRunner.run
+    monkeypatch.setattr(AccumulatingRunner, "run", lambda self, *a: (accumulated.append(self.lanes), run(self, *a))[1])
+    seq = played(base=BASE)
+    lanes = played("run.runtime=batched", f"run.batched_accumulate={str(split).lower()}", base=BASE)
+    assert isinstance(lanes.runner, BatchedClients) and bool(accumulated) == split
     assert any(m.parent is not None for m in seq.members)  # FedPop-G copied a member (T_g = 2)
     for a, b in zip(seq.members, lanes.members, strict=True):
         # the decisions (FedPop-L's local vectors, FedPop-G's copies) depend on score ranks: they are equal

@@ -78,6 +78,10 @@ class Algorithm(Generic[S, C, W]):
     modality: ClassVar[str] = "any"
     # Params fields read only inside the hooks, so they may differ per call (`with_hparams`; FedProx: mu)
     call_params: ClassVar[frozenset[str]] = frozenset()
+    # the local loss is a mean over the batch's samples plus terms that do not depend on the batch, so a batch's
+    # gradient is the size-weighted mean of its parts' (run.batched_accumulate). None: true for FedAvg's `loss` and
+    # `passes`, false where a subclass overrides either; a method that does may declare it here
+    loss_is_batch_mean: ClassVar[bool | None] = None
     # call_params the local loss never reads through `self` (FedProx: mu, which `start` puts into the Work), so
     # clients whose copies differ in them may share lanes of the batched runtime (runtimes/batched/rule.py)
     lane_params: ClassVar[frozenset[str]] = frozenset()

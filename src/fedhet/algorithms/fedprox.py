@@ -63,6 +63,7 @@ class FedProx(Algorithm[ServerState, ClientState, ProxWork]):
     work_type = ProxWork
     call_params = frozenset({"mu"})  # read in `start` only
     lane_params = frozenset({"mu"})  # reaches the loss through the Work, so lanes may differ in it
+    loss_is_batch_mean = True  # mean cross-entropy plus a term of the weights alone
 
     @dataclass
     class Params:

@@ -196,6 +196,9 @@ class RunConfig:
     # fewer clients of one batch size than this train one after another (in-process code); None: 8 on a CPU, where
     # fewer lanes did not pay (docs/results/runtimes.md "Lanes"), 2 on a GPU
     batched_min_lanes: int | None = None
+    # lanes of different batch sizes split their batches into micro-batches of the sizes' gcd and train as one group
+    # (runtimes/batched/accumulate.py): equal to in-process up to float rounding, not bit for bit
+    batched_accumulate: bool = False
 
     def validate(self) -> None:
         _check(self.checkpoint_every >= 1, "run.checkpoint_every must be >= 1")

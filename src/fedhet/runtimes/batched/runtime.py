@@ -30,6 +30,7 @@ from fedhet.engine.experiment import Experiment
 from fedhet.engine.finite import DIVERGED_ADVICE
 from fedhet.engine.local import add_check
 from fedhet.errors import TrainingDivergedError
+from fedhet.runtimes.batched.accumulate import AccumulatingRunner, can_accumulate, micro_rows
 from fedhet.runtimes.batched.data import BatchStream, ClientRng
 from fedhet.runtimes.batched.lanes import PassRunner
 from fedhet.runtimes.batched.memory import MB, clients_per_chunk, default_budget_bytes, lane_bytes
@@ -132,22 +133,24 @@ class BatchedClients(InProcessClients):
     def fit_jobs(self, rnd: int, jobs: list[FitJob]) -> list[FitOutcome]:
         """Fit any clients of any federations sharing this experiment (a tuning population's members, each client
         with its own method copy and state), nothing stored; outcomes in the jobs' order. Jobs are grouped by
-        batch size (a value that cannot be laned); a group of at least `run.batched_min_lanes` jobs trains as
-        lanes in memory-sized chunks, a smaller one one job after another with the in-process code (a vmapped
-        step of one or two lanes costs more than a plain one). A job whose loss became NaN / inf comes back
-        with no reply and its old state."""
+        batch size (a value that cannot be laned; with `run.batched_accumulate`, where the methods allow it, all
+        jobs form one group whose lanes split their batches: accumulate.py); a group of at least
+        `run.batched_min_lanes` jobs trains as lanes in memory-sized chunks, a smaller one one job after another
+        with the in-process code (a vmapped step of one or two lanes costs more than a plain one). A job whose
+        loss became NaN / inf comes back with no reply and its old state."""
         by_size: dict[int, list[int]] = {}
-        for i, job in enumerate(jobs):
-            by_size.setdefault(job.alg.train_cfg.batch_size, []).append(i)
+        rows = micro_rows([job.alg for job in jobs]) if self.exp.config.run.batched_accumulate else None
+        for i, job in enumerate(jobs):  # with `rows`, one group: lanes split their batches (accumulate.py)
+            by_size.setdefault(0 if rows else job.alg.train_cfg.batch_size, []).append(i)
         done: dict[int, FitOutcome] = {}
         for batch_size, idx in by_size.items():
             if len(idx) < self.min_lanes:
                 done.update((i, self.fit_job(rnd, jobs[i])) for i in idx)
                 continue
-            size = self._chunk_size(batch_size)
+            size = self._chunk_size(batch_size or max(jobs[i].alg.train_cfg.batch_size for i in idx))
             for start in range(0, len(idx), size):
                 part = idx[start:start + size]
-                done.update(zip(part, self._fit_chunk(rnd, [jobs[i] for i in part]), strict=True))
+                done.update(zip(part, self._fit_chunk(rnd, [jobs[i] for i in part], rows), strict=True))
         return [done[i] for i in range(len(jobs))]
 
     def _lane(self, job: FitJob, rnd: int, rng: ClientRng) -> LaneWork:
@@ -163,14 +166,18 @@ class BatchedClients(InProcessClients):
         return layout
 
     def _runner(self, lanes: list[LaneWork], k: int, layout: Layout, saved: list[dict[str, Any]],
-                state: dict[str, torch.Tensor]) -> PassRunner:
-        """Pass k's runner, with its modules in train mode as `engine.local.run_pass` puts them."""
+                state: dict[str, torch.Tensor], rows: int | None = None) -> PassRunner:
+        """Pass k's runner, with its modules in train mode as `engine.local.run_pass` puts them; with `rows`,
+        one that splits batches into parts of `rows` where the pass allows it (accumulate.py)."""
         for module in lanes[0].passes[k].modules:
             module.train()
         routed = RoutedWork(lanes[0].work, layout, functional_copies(lanes[0].work, layout, self.cache))
-        return PassRunner(routed, [lane.passes[k] for lane in lanes], layout, saved, state)
+        passes = [lane.passes[k] for lane in lanes]
+        if rows and can_accumulate(routed, passes, rows):
+            return AccumulatingRunner(routed, passes, layout, saved, state, rows)
+        return PassRunner(routed, passes, layout, saved, state)
 
-    def _fit_chunk(self, rnd: int, jobs: list[FitJob]) -> list[FitOutcome]:
+    def _fit_chunk(self, rnd: int, jobs: list[FitJob], rows: int | None = None) -> list[FitOutcome]:
         """Train one chunk (module docstring), its jobs grouped by the shape of their Work (MOON's first round has
         no previous model) and their method copy's `lane_group`; outcomes in the chunk's order."""
         rngs = [ClientRng(*client_stream(self.exp.config.seed, rnd, job.cid, job.purpose)) for job in jobs]
@@ -181,12 +188,12 @@ class BatchedClients(InProcessClients):
             groups.setdefault((shape_key(lane.work), lane_group(jobs[i].alg)), []).append(i)
         done: dict[int, FitOutcome] = {}
         for idx in groups.values():
-            results = self._train(rnd, [jobs[i] for i in idx], [rngs[i] for i in idx], [lanes[i] for i in idx])
+            results = self._train(rnd, [jobs[i] for i in idx], [rngs[i] for i in idx], [lanes[i] for i in idx], rows)
             done.update(zip(idx, results, strict=True))
         return [done[i] for i in range(len(jobs))]
 
-    def _train(self, rnd: int, jobs: list[FitJob], rngs: list[ClientRng], lanes: list[LaneWork]
-               ) -> list[FitOutcome]:
+    def _train(self, rnd: int, jobs: list[FitJob], rngs: list[ClientRng], lanes: list[LaneWork],
+               rows: int | None = None) -> list[FitOutcome]:
         """Train lanes of one Work shape: the rule, every pass vectorized, then each client's `finish`."""
         dev = self.exp.device
         layout = self._check(lanes)
@@ -196,7 +203,7 @@ class BatchedClients(InProcessClients):
         optim = [dict(job.state.optim) for job in jobs]
         diverged = [False] * len(jobs)
         for k, local_pass in enumerate(lanes[0].passes):
-            runner = self._runner(lanes, k, layout, [job.state.optim for job in jobs], state)
+            runner = self._runner(lanes, k, layout, [job.state.optim for job in jobs], state, rows)
             streams = [BatchStream(rng, _data_of(lane.passes[k], lane.work.ctx.data.train), lane.passes[k].train)
                        for rng, lane in zip(rngs, lanes, strict=True)]
             result = self._guarded(runner.run, streams, tensors)

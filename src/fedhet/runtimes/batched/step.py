@@ -113,12 +113,13 @@ def _outside(name: str) -> Callable[..., None]:
     return refuse
 
 
-def stage_step(routed: RoutedWork, loss_of: LossFn, opt_keys: list[str], optimizer: FunctionalOptimizer,
-               grad_clip: float | None) -> StepFn:
-    """One stage for all lanes (module docstring): each lane's gradient (and its clipping) vmapped over the lane
-    dimension, then the optimizer's update on the stacked tensors, where every per-lane value broadcasts
-    (optim.py); the same arithmetic as the update under vmap, at a fraction of its cost on a small model. The
-    optimizer's parameters and state are updated in place (donated): the caller passes tensors it owns."""
+GradFn = Callable[..., tuple[Tensors, Tensors, torch.Tensor]]
+
+
+def stage_grads(routed: RoutedWork, loss_of: LossFn, opt_keys: list[str], grad_clip: float | None) -> GradFn:
+    """Each lane's gradient of `loss_of(x, y)` (clipped where `grad_clip`), vmapped over the lane dimension:
+
+        grads(grad_state, rest, tensors, x, y) -> (gradients of opt_keys, BatchNorm updates, loss)"""
 
     def loss_fn(trained: Tensors, rest: Tensors, tensors: dict[str, Any], x: torch.Tensor, y: torch.Tensor
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, Tensors]]:
@@ -132,7 +133,16 @@ def stage_step(routed: RoutedWork, loss_of: LossFn, opt_keys: list[str], optimiz
         own = {k: grads[k] for k in opt_keys}
         return (own if grad_clip is None else clip_grad_norm(own, grad_clip)), updates, loss
 
-    vmapped = vmap(lane_grads)
+    return vmap(lane_grads)  # type: ignore[no-any-return]
+
+
+def stage_step(routed: RoutedWork, loss_of: LossFn, opt_keys: list[str], optimizer: FunctionalOptimizer,
+               grad_clip: float | None) -> StepFn:
+    """One stage for all lanes (module docstring): each lane's gradient (and its clipping) vmapped over the lane
+    dimension, then the optimizer's update on the stacked tensors, where every per-lane value broadcasts
+    (optim.py); the same arithmetic as the update under vmap, at a fraction of its cost on a small model. The
+    optimizer's parameters and state are updated in place (donated): the caller passes tensors it owns."""
+    vmapped = stage_grads(routed, loss_of, opt_keys, grad_clip)
 
     def step(trained: Tensors, rest: Tensors, tensors: dict[str, Any], opt_state: OptState, x: torch.Tensor,
              y: torch.Tensor) -> tuple[Tensors, Tensors, OptState, torch.Tensor]:

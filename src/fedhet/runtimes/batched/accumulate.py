@@ -1,0 +1,174 @@
+"""Lanes of different batch sizes in one vectorized pass, by splitting batches (`run.batched_accumulate`).
+
+Where a pass's loss is a mean over its batch's samples plus terms that do not depend on the batch (cross-entropy;
+FedProx's proximal term: `splits_batches`), a batch's gradient is the size-weighted mean of the gradients of its
+parts. So lanes whose batch sizes share a divisor m (the paper's FedPop space 8, 16, ..., 128: m = 8) take one
+vmapped call per micro-batch of m rows, all together, instead of one group per batch size (lanes.py): each lane
+adds its weighted micro-batch gradient to an accumulator and, when its batch is complete, clips it (the
+optimizer's `grad_clip`) and steps its optimizer. Each lane still draws exactly its in-process batches
+(data.py); only the float summation order of its gradients differs, so the result equals in-process up to
+rounding (tested to 1e-5 after a pass), not bit for bit: a switch, off by default. A pass with several stages,
+or with BatchNorm in train mode (whose statistics are per batch), runs as lanes.py's `PassRunner` (exact).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import gcd
+from typing import Any
+
+import torch
+from torch.func import vmap
+from torch.utils._pytree import tree_map
+
+from fedhet.algorithms.base import Algorithm
+from fedhet.core.contract import LocalPass, LossStep, PassStats
+from fedhet.runtimes.batched.data import Batch, BatchStream
+from fedhet.runtimes.batched.lanes import PassResult, PassRunner
+from fedhet.runtimes.batched.optim import Tensors, clip_grad_norm
+from fedhet.runtimes.batched.rule import Layout
+from fedhet.runtimes.batched.step import RoutedWork, stage_grads
+
+MIN_ROWS = 4  # a common divisor below this makes micro-batches too small to pay: lanes.py's groups instead
+Part = tuple[torch.Tensor, torch.Tensor, float, bool]  # x, y, share of its batch, last part of its batch
+
+
+def splits_batches(alg: Algorithm[Any, Any, Any]) -> bool:
+    """Whether the method's loss may be split across micro-batches: its declared `loss_is_batch_mean`, else true
+    only where neither `loss` nor `passes` is overridden (FedAvg's single-stage cross-entropy pass)."""
+    for cls in type(alg).__mro__:
+        declared = vars(cls).get("loss_is_batch_mean")
+        if declared is not None:
+            return bool(declared)
+        if "loss" in vars(cls) or "passes" in vars(cls):
+            return cls is Algorithm
+    return False
+
+
+def micro_rows(algs: Sequence[Algorithm[Any, Any, Any]]) -> int | None:
+    """The micro-batch size for jobs of these method copies (the gcd of their batch sizes), or None where they
+    share one batch size, a method's loss cannot be split, or the gcd is below MIN_ROWS."""
+    sizes = {a.train_cfg.batch_size for a in algs}
+    rows = gcd(*sizes)
+    if len(sizes) < 2 or rows < MIN_ROWS or not all(splits_batches(a) for a in algs):
+        return None
+    return rows
+
+
+def can_accumulate(routed: RoutedWork, passes: Sequence[LocalPass], rows: int) -> bool:
+    """A single-stage pass without BatchNorm in train mode, every lane's batch size a multiple of `rows`."""
+    step = passes[0].step
+    bn_training = any(layer.training for fm in routed.functional.values() for layer in fm.layers)
+    return (isinstance(step, LossStep) and len(step.stages) == 1 and not bn_training
+            and all(p.train.batch_size % rows == 0 for p in passes))
+
+
+class MicroStream:
+    """A lane's batches, in parts of `rows` rows (the last part of a batch may be shorter)."""
+
+    def __init__(self, stream: BatchStream, rows: int) -> None:
+        self.stream, self.rows = stream, rows
+        self._parts: list[Batch] = []
+        self._size = 0
+
+    @property
+    def remaining(self) -> bool:
+        return bool(self._parts) or self.stream.drawn < self.stream.steps
+
+    def next(self) -> Part:
+        if not self._parts:
+            x, y = self.stream.next()
+            self._size = y.shape[0]
+            self._parts = list(zip(x.split(self.rows), y.split(self.rows), strict=True))[::-1]
+        x, y = self._parts.pop()
+        return x, y, y.shape[0] / self._size, not self._parts
+
+
+class AccumulatingRunner(PassRunner):
+    """`PassRunner` whose lanes take micro-batch steps of `rows` rows together (module docstring)."""
+
+    def __init__(self, routed: RoutedWork, passes: Sequence[LocalPass], layout: Layout,
+                 saved: Sequence[dict[str, Any]], state: Tensors, rows: int) -> None:
+        super().__init__(routed, passes, layout, saved, state)
+        step = self.template.step
+        assert isinstance(step, LossStep) and len(step.stages) == 1, "a single-stage LossStep (can_accumulate)"
+        (loss_of, self.name), = step.stages
+        self.rows, self.grads_fn = rows, stage_grads(routed, loss_of, self.optims[self.name].keys, None)
+
+    def run(self, streams: Sequence[BatchStream], tensors: dict[str, Any]) -> PassResult:
+        """Every lane's pass in micro-batches; statistics as `PassRunner.run` (a batch's loss is the weighted sum
+        of its parts' losses)."""
+        dev = next(iter(self.state.values())).device
+        acc = {k: torch.zeros_like(self.state[k]) for k in self.optims[self.name].keys}
+        parts = [MicroStream(s, self.rows) for s in streams]
+        loss_sum = torch.zeros(self.lanes, dtype=torch.float64, device=dev)
+        batch_loss = torch.zeros(self.lanes, dtype=torch.float64, device=dev)
+        examples = [0] * self.lanes
+        with self.routed.guarded():
+            while drawn := {i: p.next() for i, p in enumerate(parts) if p.remaining}:
+                groups: dict[int, list[int]] = {}
+                for i, (_, y, _, _) in drawn.items():
+                    groups.setdefault(y.shape[0], []).append(i)
+                    examples[i] += y.shape[0]
+                for idx in groups.values():
+                    self._accumulate(idx, drawn, tensors, acc, batch_loss)
+                done = [i for i, part in drawn.items() if part[3]]
+                self._update(done, acc)
+                loss_sum[done] += batch_loss[done]
+                batch_loss[done] = 0.0
+        bad = ~torch.isfinite(loss_sum)
+        stats = [PassStats(loss=float(loss_sum[i]) / max(s.steps, 1), steps=s.steps, examples=examples[i])
+                 for i, s in enumerate(streams)]
+        return PassResult(stats, [self._persisted(i) for i in range(self.lanes)], bad.tolist())
+
+    def _accumulate(self, idx: list[int], drawn: dict[int, Part], tensors: dict[str, Any],
+                    acc: dict[str, torch.Tensor], batch_loss: torch.Tensor) -> None:
+        """The lanes `idx` (equal part sizes): acc += share * gradient, batch_loss += share * loss."""
+        dev = batch_loss.device
+        x = torch.stack([drawn[i][0] for i in idx]).to(dev, non_blocking=True)
+        y = torch.stack([drawn[i][1] for i in idx]).to(dev, non_blocking=True)
+        share = torch.tensor([drawn[i][2] for i in idx], device=dev)
+        ix = torch.tensor(idx, device=dev)
+        whole = len(idx) == self.lanes
+        pick = (lambda v: v) if whole else (lambda v: v.index_select(0, ix))  # noqa: E731
+        grad_set = set(self.grad_keys)
+        trained = {k: pick(self.state[k]) for k in self.grad_keys}
+        rest = {k: pick(v) for k, v in self.state.items() if k not in grad_set}
+        grads, updates, loss = self.grads_fn(trained, rest, tensors if whole else tree_map(pick, tensors), x, y)
+        assert not updates, "BatchNorm in train mode runs as PassRunner (can_accumulate)"
+        for k, g in grads.items():
+            weighted = g * share.reshape((-1,) + (1,) * (g.dim() - 1)).to(g.dtype)
+            if whole:
+                acc[k] += weighted
+            else:
+                acc[k].index_add_(0, ix, weighted)
+        batch_loss[ix] += share.to(torch.float64) * loss.to(torch.float64)
+
+    def _update(self, done: list[int], acc: dict[str, torch.Tensor]) -> None:
+        """The lanes whose batch is complete: clip, step the optimizer, empty their accumulators. For a subset of
+        the lanes, every lane's update is computed and only theirs kept (`torch.where`; no gather and scatter)."""
+        if not done:
+            return
+        o = self.optims[self.name]
+        grads = acc
+        if o.spec.grad_clip is not None:
+            grads = vmap(lambda g: clip_grad_norm(g, o.spec.grad_clip))(grads)  # type: ignore[arg-type]
+        whole = len(done) == self.lanes
+        params = {k: self.state[k] for k in o.keys}
+        new_params, new_state = o.fn.update(params, grads, o.state, donate=whole)
+        if whole:
+            o.state = new_state
+            self.state.update(new_params)
+            for g in acc.values():
+                g.zero_()
+            return
+        keep = torch.zeros(self.lanes, dtype=torch.bool, device=next(iter(acc.values())).device)
+        keep[done] = True
+
+        def chosen(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+            return torch.where(keep.reshape((-1,) + (1,) * (new.dim() - 1)), new, old)
+
+        o.state = tree_map(chosen, new_state, o.state)
+        self.state.update({k: chosen(v, params[k]) for k, v in new_params.items()})
+        for g in acc.values():
+            g.masked_fill_(keep.reshape((-1,) + (1,) * (g.dim() - 1)), 0.0)
