@@ -29,7 +29,7 @@ from fedhet.runtimes.batched.optim import Tensors, clip_grad_norm
 from fedhet.runtimes.batched.rule import Layout
 from fedhet.runtimes.batched.step import RoutedWork, stage_grads
 
-MIN_ROWS = 4  # a common divisor below this makes micro-batches too small to pay: lanes.py's groups instead
+MIN_ROWS = 4  # a smaller common divisor: micro-batches of a few rows, many more calls (not measured): groups
 Part = tuple[torch.Tensor, torch.Tensor, float, bool]  # x, y, share of its batch, last part of its batch
 
 
