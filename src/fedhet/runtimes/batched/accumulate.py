@@ -56,11 +56,12 @@ def micro_rows(algs: Sequence[Algorithm[Any, Any, Any]]) -> int | None:
 
 
 def can_accumulate(routed: RoutedWork, passes: Sequence[LocalPass], rows: int) -> bool:
-    """A single-stage pass without BatchNorm in train mode, every lane's batch size a multiple of `rows`."""
-    step = passes[0].step
+    """A single-stage pass without BatchNorm in train mode whose lanes' batch sizes differ (else lanes.py's one
+    group is exact) and are multiples of `rows`."""
+    step, sizes = passes[0].step, {p.train.batch_size for p in passes}
     bn_training = any(layer.training for fm in routed.functional.values() for layer in fm.layers)
-    return (isinstance(step, LossStep) and len(step.stages) == 1 and not bn_training
-            and all(p.train.batch_size % rows == 0 for p in passes))
+    return (isinstance(step, LossStep) and len(step.stages) == 1 and not bn_training and len(sizes) > 1
+            and all(b % rows == 0 for b in sizes))
 
 
 class MicroStream:
