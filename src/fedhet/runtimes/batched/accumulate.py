@@ -25,7 +25,7 @@ from fedhet.algorithms.base import Algorithm
 from fedhet.core.contract import LocalPass, LossStep, PassStats
 from fedhet.runtimes.batched.data import Batch, BatchStream
 from fedhet.runtimes.batched.lanes import PassResult, PassRunner
-from fedhet.runtimes.batched.optim import Tensors, clip_grad_norm
+from fedhet.runtimes.batched.optim import Tensors, clip_grad_norm, expand_lanes
 from fedhet.runtimes.batched.rule import Layout
 from fedhet.runtimes.batched.step import RoutedWork, stage_grads
 
@@ -125,25 +125,17 @@ class AccumulatingRunner(PassRunner):
     def _accumulate(self, idx: list[int], drawn: dict[int, Part], tensors: dict[str, Any],
                     acc: dict[str, torch.Tensor], batch_loss: torch.Tensor) -> None:
         """The lanes `idx` (equal part sizes): acc += share * gradient, batch_loss += share * loss."""
-        dev = batch_loss.device
-        x = torch.stack([drawn[i][0] for i in idx]).to(dev, non_blocking=True)
-        y = torch.stack([drawn[i][1] for i in idx]).to(dev, non_blocking=True)
-        share = torch.tensor([drawn[i][2] for i in idx], device=dev)
-        ix = torch.tensor(idx, device=dev)
-        whole = len(idx) == self.lanes
-        pick = (lambda v: v) if whole else (lambda v: v.index_select(0, ix))  # noqa: E731
-        grad_set = set(self.grad_keys)
-        trained = {k: pick(self.state[k]) for k in self.grad_keys}
-        rest = {k: pick(v) for k, v in self.state.items() if k not in grad_set}
-        grads, updates, loss = self.grads_fn(trained, rest, tensors if whole else tree_map(pick, tensors), x, y)
+        g = self.gather(idx, [drawn[i][:2] for i in idx], tensors, batch_loss.device)
+        share = torch.tensor([drawn[i][2] for i in idx], device=batch_loss.device)
+        grads, updates, loss = self.grads_fn(*self.split(g.state), g.tensors, g.x, g.y)
         assert not updates, "BatchNorm in train mode runs as PassRunner (can_accumulate)"
-        for k, g in grads.items():
-            weighted = g * share.reshape((-1,) + (1,) * (g.dim() - 1)).to(g.dtype)
-            if whole:
+        for k, grad in grads.items():
+            weighted = grad * expand_lanes(share, grad).to(grad.dtype)
+            if g.whole:
                 acc[k] += weighted
             else:
-                acc[k].index_add_(0, ix, weighted)
-        batch_loss[ix] += share.to(torch.float64) * loss.to(torch.float64)
+                acc[k].index_add_(0, g.ix, weighted)
+        batch_loss[g.ix] += share.to(torch.float64) * loss.to(torch.float64)
 
     def _update(self, done: list[int], acc: dict[str, torch.Tensor]) -> None:
         """The lanes whose batch is complete: clip, step the optimizer, empty their accumulators. For a subset of
@@ -167,9 +159,9 @@ class AccumulatingRunner(PassRunner):
         keep[done] = True
 
         def chosen(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-            return torch.where(keep.reshape((-1,) + (1,) * (new.dim() - 1)), new, old)
+            return torch.where(expand_lanes(keep, new), new, old)
 
         o.state = tree_map(chosen, new_state, o.state)
         self.state.update({k: chosen(v, params[k]) for k, v in new_params.items()})
         for g in acc.values():
-            g.masked_fill_(keep.reshape((-1,) + (1,) * (g.dim() - 1)), 0.0)
+            g.masked_fill_(expand_lanes(keep, g), 0.0)

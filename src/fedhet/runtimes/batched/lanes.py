@@ -40,6 +40,22 @@ class PassResult:
 
 
 @dataclass
+class Gathered:
+    """Lanes `ix` of one step: their batches stacked, and the runner's lane-stacked state and tensors for them (the
+    runner's own when `whole`, every lane in order; else copies); `pick` selects any other lane-stacked tensor."""
+
+    ix: torch.Tensor
+    whole: bool
+    x: torch.Tensor
+    y: torch.Tensor
+    state: Tensors
+    tensors: dict[str, Any]
+
+    def pick(self, v: torch.Tensor) -> torch.Tensor:
+        return v if self.whole else v.index_select(0, self.ix)
+
+
+@dataclass
 class Optim:
     """One optimizer of the pass: its spec, functional twin, the state keys it trains and their stacked state."""
 
@@ -111,37 +127,46 @@ class PassRunner:
                  for i in range(self.lanes)]
         return PassResult(stats, [self._persisted(i) for i in range(self.lanes)], bad.tolist())
 
+    def gather(self, idx: list[int], batches: list[Batch], tensors: dict[str, Any], dev: torch.device) -> Gathered:
+        """The lanes `idx` of one step (equal batch sizes, `batches` in their order): see `Gathered`."""
+        ix = torch.tensor(idx, device=dev)
+        whole = len(idx) == self.lanes
+        x = torch.stack([b[0] for b in batches]).to(dev, non_blocking=True)
+        y = torch.stack([b[1] for b in batches]).to(dev, non_blocking=True)
+        if whole:
+            return Gathered(ix, True, x, y, self.state, tensors)
+        return Gathered(ix, False, x, y, {k: v.index_select(0, ix) for k, v in self.state.items()},
+                        tree_map(lambda v: v.index_select(0, ix), tensors))
+
+    def split(self, state: Tensors) -> tuple[Tensors, Tensors]:
+        """A lane-stacked state as (the tensors the loss is differentiated by, the rest)."""
+        trained = {k: state[k] for k in self.grad_keys}
+        return trained, {k: v for k, v in state.items() if k not in trained}
+
     def group_step(self, idx: list[int], drawn: dict[int, Batch], tensors: dict[str, Any], dev: torch.device
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of the lanes `idx` (equal batch sizes): every stage in turn; returns the reported (first
         stage's) loss and whether every stage's loss was finite, per lane. Inside `routed.guarded()` (rule 3)."""
-        x = torch.stack([drawn[i][0] for i in idx]).to(dev, non_blocking=True)
-        y = torch.stack([drawn[i][1] for i in idx]).to(dev, non_blocking=True)
-        whole = len(idx) == self.lanes
-        ix = torch.tensor(idx, device=dev)
-        pick = (lambda v: v) if whole else (lambda v: v.index_select(0, ix))  # noqa: E731
-        state = self.state if whole else {k: pick(v) for k, v in self.state.items()}
-        lane_tensors = tensors if whole else tree_map(pick, tensors)
-        opt = {n: (o.state if whole else tree_map(pick, o.state)) for n, o in self.optims.items()}
-        grad_set, changed = set(self.grad_keys), set()
+        g = self.gather(idx, [drawn[i] for i in idx], tensors, dev)
+        state = g.state
+        opt = {n: (o.state if g.whole else tree_map(g.pick, o.state)) for n, o in self.optims.items()}
+        changed: set[str] = set()
         reported, finite = None, torch.ones(len(idx), dtype=torch.bool, device=dev)
         for name, step in self.steps:
-            trained = {k: state[k] for k in self.grad_keys}
-            rest = {k: v for k, v in state.items() if k not in grad_set}
-            new, updates, opt[name], loss = step(trained, rest, lane_tensors, opt[name], x, y)
+            new, updates, opt[name], loss = step(*self.split(state), g.tensors, opt[name], g.x, g.y)
             state.update(new)
             state.update(updates)
             changed |= set(new) | set(updates)
             reported = loss if reported is None else reported
             finite &= torch.isfinite(loss)
         for name, o in self.optims.items():
-            if whole:
+            if g.whole:
                 o.state = opt[name]
             else:
-                tree_map(lambda full, part: full.index_copy_(0, ix, part), o.state, opt[name])
-        if not whole:
+                tree_map(lambda full, part: full.index_copy_(0, g.ix, part), o.state, opt[name])
+        if not g.whole:
             for k in changed:
-                self.state[k].index_copy_(0, ix, state[k])
+                self.state[k].index_copy_(0, g.ix, state[k])
         assert reported is not None  # a LossStep has at least one stage
         return reported, finite
 

@@ -57,10 +57,10 @@ def _axpy(y: torch.Tensor, a: Scalar, x: torch.Tensor, donate: bool = False) -> 
 def _hp(state: OptState, name: str, default: float, like: torch.Tensor) -> Scalar:
     """The lane's value of hyperparameter `name` (broadcastable against `like`), or the optimizer's own float."""
     hp = state.get(HP)
-    return default if hp is None else _expand(hp[name], like).to(like.dtype)
+    return default if hp is None else expand_lanes(hp[name], like).to(like.dtype)
 
 
-def _expand(scalar: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+def expand_lanes(scalar: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """A per-client scalar (shape S) viewed as S + (1,) * k so that it broadcasts against `like`."""
     return scalar.reshape(scalar.shape + (1,) * (like.dim() - scalar.dim()))
 
@@ -102,7 +102,7 @@ class SGD:
                 old = state["momentum_buffer"][k]
                 buf = (old.mul_(momentum) if donate else old.mul(momentum)).add_(g, alpha=1 - self.dampening)
                 if self.dampening != 0:  # torch's first step copies the gradient (with dampening 0, 0 * m + g = g)
-                    buf = torch.where(_expand(step, p) > 0, buf, g)
+                    buf = torch.where(expand_lanes(step, p) > 0, buf, g)
                 new_buf[k] = buf
                 g = _axpy(g, momentum, buf) if self.nesterov else buf
             new_p[k] = _axpy(p, -lr, g, donate)
@@ -181,8 +181,8 @@ class Adam:
             # the moments are updated out of place even when donated: vmap has no batching rule for lerp_/addcmul_
             m = state["exp_avg"][k].lerp(g, 1 - beta1)
             v = state["exp_avg_sq"][k].mul(beta2).addcmul(g, g, value=1 - beta2)
-            denom = (v.sqrt() / _expand(bias2_sqrt, p).to(p.dtype)).add_(self.eps)
-            update = _expand(-lr / bias1, p).to(p.dtype) * m / denom  # torch: addcdiv(value=-step_size)
+            denom = (v.sqrt() / expand_lanes(bias2_sqrt, p).to(p.dtype)).add_(self.eps)
+            update = expand_lanes(-lr / bias1, p).to(p.dtype) * m / denom  # torch: addcdiv(value=-step_size)
             new_p[k] = p.add_(update) if donate else p + update
             new_m[k], new_v[k] = m, v
         new_state = {"step": {"": step}, "exp_avg": new_m, "exp_avg_sq": new_v}
