@@ -27,6 +27,8 @@ class ExperimentConfig:
     method: str = "fedavg"
     method_args: dict[str, Any] = field(default_factory=dict)
     label: str = ""  # name of this variant in run dirs and report columns (e.g. an ablation); default: method
+    # what stands in for the paper's setting (backbone, LDM, data, budget); printed under every report's title
+    stand_in: str = ""
     seed: int = 0
     rounds: int = 50
     data: DataConfig = field(default_factory=DataConfig)

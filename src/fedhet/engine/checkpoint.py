@@ -34,7 +34,7 @@ from fedhet.engine.safe_load import UntrustedFileError, load_trusted
 from fedhet.errors import CheckpointError
 
 FORMAT = 3  # 3: typed client / server states (contract v2)
-IGNORED_SECTIONS = ("name", "label", "sweep", "tune", "rounds")
+IGNORED_SECTIONS = ("name", "label", "stand_in", "sweep", "tune", "rounds")
 IGNORED_DATA_KEYS = ("download",)
 # Fault-tolerance settings: they change nothing while every client answers, and a resumed run may alter them.
 IGNORED_SERVER_KEYS = ("min_fit_fraction", "min_evaluate_fraction", "reply_timeout")

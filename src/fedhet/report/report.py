@@ -14,6 +14,7 @@ from fedhet.report.novel import novel_section
 from fedhet.report.plot import plot_curves
 from fedhet.report.reading import read_table
 from fedhet.report.runs import RunRecord, load_runs
+from fedhet.report.setting import setting_section
 from fedhet.report.table import Reference, Table, make_table, to_csv, to_markdown
 from fedhet.report.tuning import tuning_section
 
@@ -87,6 +88,7 @@ def _write(runs: Sequence[RunRecord], out: Path, metrics: Sequence[str], referen
     n_sets = len({(r.dataset, r.method) for r in runs})
     md = [
         "# fedhet report\n",
+        setting_section([r.config for r in runs]),
         f"{len(runs)} runs, {n_sets} (dataset, method) groups.\n",
         "## Final metrics\n",
         *(to_markdown(t) + _reading(t) for t in tables),
