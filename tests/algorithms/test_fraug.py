@@ -29,7 +29,7 @@ BN = {"features.1.weight", "features.1.bias", "features.1.running_mean", "featur
 def make(aggregation: str = "weighted", persist: bool = False, **params: Any) -> FRAug:
     torch.manual_seed(0)
     template = tiny_model(in_dim=4, feat_dim=3, num_classes=2, bn=True)
-    p = FRAug.Params(**{"z_dim": 4, "b_syn": 4, "eta_g": 0.1, "eta_m": 0.1, **params})
+    p = FRAug.Params(**{"preset": "paper", "z_dim": 4, "b_syn": 4, "eta_g": 0.1, "eta_m": 0.1, **params})
     p.validate()
     train = TrainConfig(lr=0.1, momentum=0.5, batch_size=4, local_steps=2, persist_optimizer=persist)
     return FRAug(p, lambda: template, train, ServerConfig(aggregation=aggregation), 2, CPU)
@@ -189,7 +189,7 @@ def test_recomputed_stage2_features_leave_the_bn_statistics_alone() -> None:
 def test_prototype_labels_cover_every_class_when_c_exceeds_b_syn(monkeypatch: pytest.MonkeyPatch) -> None:
     """OfficeHome-like C = 65 > B_syn = 16: over the steps of one round (5 x 16 = 80 labels) every class gets a
     prototype term, and the next round continues the rotation (the old `arange(B_syn) % C` gave classes 0-15)."""
-    p = FRAug.Params(z_dim=4, b_syn=16, proto_init="zeros")
+    p = FRAug.Params(preset="paper", z_dim=4, b_syn=16, proto_init="zeros")
     template = tiny_model(in_dim=4, feat_dim=3, num_classes=65, bn=True)
     train = TrainConfig(lr=0.1, momentum=0.0, batch_size=8, local_steps=5)
     alg = FRAug(p, lambda: template, train, ServerConfig(), 65, CPU)
@@ -252,7 +252,7 @@ def test_params_validation() -> None:
         FRAug.Params(proto_labels="cycle").validate()
     with pytest.raises(ConfigError, match="rt_input_c must be one of batch, prototype"):
         FRAug.Params(rt_input_c="noise").validate()
-    p = FRAug.Params()
+    p = FRAug.Params(preset="paper")
     assert (p.z_dim, p.eta_g, p.eta_m, p.alpha, p.beta, p.b_syn, p.lambda0, p.r0_frac) == (
         256, 0.005, 0.005, 1.0, 1.5, 64, 0.3, 0.05)
     assert (p.class_reduction, p.proto_labels, p.mmd_bandwidth, p.rt_input_c) == ("mean", "rotate", "pooled", "batch")

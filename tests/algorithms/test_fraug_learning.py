@@ -43,7 +43,7 @@ def federated_accuracy(seed: int, variant: str) -> float:
     torch.manual_seed(seed)
     method = "fedbn" if variant == "fedbn" else "fraug"
     cls = ALGORITHMS.get(method)
-    params = cls.Params(z_dim=8, b_syn=8, eta_g=0.05, eta_m=0.05) if method == "fraug" else cls.Params()
+    params = cls.Params(preset="paper", z_dim=8, b_syn=8, eta_g=0.05, eta_m=0.05) if method == "fraug" else cls.Params()
     template = SplitModel(nn.Sequential(nn.Linear(D, 16), nn.BatchNorm1d(16), nn.ReLU()), nn.Linear(16, C), 16, C)
     train = TrainConfig(lr=0.05, momentum=0.5, batch_size=8, local_steps=5)
     alg = cls(params, lambda: template, train, ServerConfig(aggregation="uniform"), C, CPU)

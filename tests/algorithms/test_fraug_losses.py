@@ -163,7 +163,7 @@ def test_stage2_steps_g_and_m_down_the_hand_gradients_of_eq5_and_eq6(use_generat
     step's start (simultaneous); the head is left alone. Without the generator the RTNet maps the real
     embeddings u (and for u_hat_c the picked ones or u_bar_c). `rt_grad_to_generator`: omega follows
     grad(Eq. 5 + Eq. 6), the RTNet's input not detached."""
-    p = FRAug.Params(z_dim=4, b_syn=4, eta_g=0.1, eta_m=0.2, aux_momentum=0.0, alpha=1.5, beta=1.25,
+    p = FRAug.Params(preset="paper", z_dim=4, b_syn=4, eta_g=0.1, eta_m=0.2, aux_momentum=0.0, alpha=1.5, beta=1.25,
                      mmd_bandwidth="fixed", mmd_sigma=2.0, use_generator=use_generator, rt_grad_to_generator=route)
     p.validate()
     alg = FRAug(p, lambda: tiny_model(4, 3, 2, bn=True), TrainConfig(), ServerConfig(), 2, CPU)

@@ -35,6 +35,8 @@ BASE: tuple[str, ...] = (
 )
 
 NO_BN = "model.args={width: 8, norm: none}"
+# FRAug's cases were recorded before issue 37 made the official code's setting the default; they keep that reading
+PAPER = "method_args.preset=paper"
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ CASES: tuple[GoldenCase, ...] = (
     _case("fedbn", "fedbn"),
     _case("ditto", "ditto"),
     _case("ditto_mmd", "ditto_mmd"),
-    _case("fraug", "fraug"),
+    _case("fraug", "fraug", PAPER),
     _case("scaffold", "scaffold"),
     _case("moon", "moon"),
     _case("fedproto", "fedproto", global_model=False),
@@ -101,12 +103,12 @@ CASES: tuple[GoldenCase, ...] = (
     _case("pfedavg_head", "pfedavg", "method_args.finetune_part=head"),
     _case("embnoise_laplace_global_bn", "embnoise", "method_args.distribution=laplace",
           "method_args.local_bn=false"),
-    _case("fraug_no_generator", "fraug", "method_args.use_generator=false"),
+    _case("fraug_no_generator", "fraug", PAPER, "method_args.use_generator=false"),
     # the engine around the methods: optimizer persistence (4 copies today), sampling, server optimizer, epochs
     _case("fedavg_persist_optimizer", "fedavg", "train.persist_optimizer=true"),
     _case("ditto_persist_optimizer", "ditto", "train.persist_optimizer=true"),
     _case("fedrep_persist_optimizer", "fedrep", "method_args.head_epochs=1", "train.persist_optimizer=true"),
-    _case("fraug_persist_optimizer", "fraug", "train.persist_optimizer=true"),
+    _case("fraug_persist_optimizer", "fraug", PAPER, "train.persist_optimizer=true"),
     _case("fedavg_sampled_weighted", "fedavg", "server.fraction_fit=0.5", "server.aggregation=weighted"),
     _case("fedadam", "fedavg", "server.optimizer=adam", "server.lr=0.01"),
     _case("fedavg_epochs", "fedavg", "train.local_steps=null", "train.local_epochs=2"),

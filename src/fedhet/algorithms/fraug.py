@@ -14,25 +14,16 @@ EMA class prototypes u_bar_c^k (both kept in the ClientState, never sent). Per l
       L_rt  = -Ent(h(u_hat)) - sum_c Ent(h(u_hat_c))
               + beta * (MMD(u_hat, u) + sum_c MMD(u_hat_c, u_bar_c))               -> m only    (Eq. 6)
 
-Schedules lam_c, lam_syn (appendix A.2) and the losses: `fedhet.algorithms.fraug_losses`. Choices the paper
-leaves open (spec 2.4; each a `Params` field, docs/fraug.md has the reasons):
-- stage 2: `rt_grad_to_generator` (False: omega <- grad L_gen, phi <- grad L_rt, simultaneous); `stage2_features`
-  ("reuse" the stage-1 u detached | "recompute").
-- u_hat_c: `b_syn` in total (`b_syn_per_class`: per class), classes dealt round-robin over steps and rounds
-  (`proto_labels="rotate"`) or drawn uniformly ("random"); `proto_mmd` ("prototype": u_bar_c as a one-sample
-  set | "real" class-c embeddings of the batch). Sums over classes: per-class means, averaged
-  (`class_reduction="mean"`: the appendix's single B_syn fits one mean-reduced loss) or summed ("sum", literal).
-- MMD: biased Gaussian-kernel MMD^2; bandwidth `mmd_bandwidth` "pooled" (median heuristic over each MMD's pooled
-  sample; the measured choice, docs/fraug.md) | "real" (median distance among the batch's real u) | "fixed"
-  (`mmd_sigma`).
-- g, m: appendix Tabs. 4-5 (`fedhet.models.fraug_nets`), SGD (eta_g / eta_m, `aux_momentum`), fresh each round.
-  Prototypes: `proto_init`, `proto_absent`, `proto_persist`, `eps`.
-- ablations (Table 5): `use_generator`, `use_rtnet`, `use_ema`. Without the generator the RTNet maps real
-  embeddings: u_hat = u + lam_syn m(u), u_hat_c = u_bar_c + lam_syn m(u_i) with u_i a random real class-c
-  embedding of the batch (`rt_input_c="batch"`; u_bar_c when none) or m(u_bar_c) ("prototype"); without the
-  RTNet the residual is g(z, y) itself.
-- evaluation as FedBN: the round's shared classifier with the client's local BN.
-Aggregation: uniform per Alg. 1 when `server.aggregation: uniform` (FRAug's configs); the setting is respected.
+Schedules lam_c, lam_syn (appendix A.2) and the losses: `fedhet.algorithms.fraug_losses`. Every choice the paper
+leaves open, and every way the official code (HaokunChen245/FRAug) differs from the paper, is a `Params` field
+(`fraug_params`); `preset: official` (the default: the official code's Digits setting) or `paper` (fedhet's reading
+of the paper, the default before issue 37) sets them all. docs/fraug.md tabulates paper vs official vs fedhet.
+- sharing: classifier BatchNorm fully local (`bn_share: none`, FedBN) or affine shared with the running statistics
+  local (`affine`, official); g and the classifier averaged per `aggregation` (`server`: server.aggregation).
+- stage 2: omega <- grad L_gen, phi <- grad L_rt, both taken before either steps (`rt_grad_to_generator`); u from
+  stage 1 (`stage2_features: reuse`), recomputed in train (`recompute`) or eval mode (`eval`, official).
+- ablations (Table 5): `use_generator`, `use_rtnet`, `use_ema`; without the generator m maps real embeddings.
+- evaluation as FedBN: the round's shared classifier with the client's local BN (statistics).
 Contract (fedhet.core.contract): one local pass whose step runs stage 1 (the classifier's optimizer, the train
 config's, persisted under `train.persist_optimizer`) then stage 2 (`Optimizers.step_each`: g and m step on
 gradients both taken before either moves; SGD, no clipping, no weight decay, not persisted). The fit's nets,
@@ -51,7 +42,7 @@ from torch import Tensor, nn
 
 from fedhet.algorithms import fraug_losses as fl
 from fedhet.algorithms.base import Algorithm
-from fedhet.algorithms.fraug_losses import lambda_c, lambda_syn, update_prototypes
+from fedhet.algorithms.fraug_losses import Draws, initial_prototypes, lambda_c, lambda_syn, update_prototypes
 from fedhet.algorithms.fraug_params import FRAugParams
 from fedhet.algorithms.registry import register
 from fedhet.core.contract import (
@@ -69,7 +60,7 @@ from fedhet.core.params import BN_TYPES, StateDict, keys_of_types, state_of
 from fedhet.models import SplitModel
 from fedhet.models.fraug_nets import Generator, RTNet
 
-__all__ = ["DIAGNOSTICS", "GEN", "FRAug", "FRAugParams", "FRAugState", "FRAugWork", "lambda_c", "lambda_syn",
+__all__ = ["DIAGNOSTICS", "GEN", "Draws", "FRAug", "FRAugParams", "FRAugState", "FRAugWork", "lambda_c", "lambda_syn",
            "update_prototypes"]
 
 GEN = "gen/"
@@ -100,27 +91,9 @@ class FRAugWork(Work):
     cursor: int
     lam_c: float
     lam_syn: float
+    mix: float | None = None
     totals: Tensor = field(default_factory=lambda: torch.zeros(1 + len(DIAGNOSTICS)))
     aug_steps: int = 0
-
-
-@dataclass(frozen=True)
-class Draws:
-    """A step's random draws: the labels c of the u_hat_c, z for u_hat and z' for u_hat_c (without the
-    generator: z is None and z' holds the picked real class-c embeddings' indices, -1: the prototype)."""
-
-    labels_c: Tensor
-    z: Tensor | None
-    z2: Tensor
-
-
-def initial_prototypes(state: FRAugState, num_classes: int, dim: int, zeros: bool, device: torch.device
-                       ) -> tuple[Tensor, Tensor]:
-    """The client's prototypes and seen flags; before it has any, zeros flagged seen (`zeros`) or unseen."""
-    if state.protos is not None and state.proto_seen is not None:
-        return state.protos.to(device), state.proto_seen.to(device)
-    return (torch.zeros(num_classes, dim, device=device),
-            torch.full((num_classes,), zeros, dtype=torch.bool, device=device))
 
 
 @register
@@ -137,16 +110,23 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._nets: dict[str, nn.Module] = {}  # reused g / m buffers, fully loaded (or re-initialised) per fit
+        if self.params.aggregation != "server":  # official: weighted by N_k (server_base.py:53-66)
+            self.server_cfg = dataclasses.replace(self.server_cfg, aggregation=self.params.aggregation)
 
     def shared_keys(self, model: nn.Module) -> set[str]:
-        return set(model.state_dict()) - keys_of_types(model, BN_TYPES)  # FedBN: BatchNorm stays local
+        """All but the classifier's BatchNorm (`bn_share: none`, FedBN) or all but its buffers (`affine`: the
+        official model_share 'no_bn_running_stats', server_base.py:78)."""
+        if self.params.bn_share == "affine":
+            return set(model.state_dict()) - fl.bn_buffer_keys(model)
+        return set(model.state_dict()) - keys_of_types(model, BN_TYPES)
 
     # ------------------------------------------------------------------ networks
     def new_generator(self) -> Generator:
         return Generator(self.params.z_dim, self.num_classes, self.parts.template.feature_dim).to(self.device)
 
     def new_rtnet(self) -> RTNet:
-        return RTNet(self.parts.template.feature_dim, self.params.z_dim).to(self.device)
+        classes = self.num_classes if self.params.rt_label_input else 0
+        return RTNet(self.parts.template.feature_dim, self.params.z_dim, classes).to(self.device)
 
     def _net(self, slot: str, weights: StateDict | None) -> nn.Module:
         """The reused network of `slot` ("gen" | "rt"), loaded with `weights`, or (None) freshly initialised from
@@ -179,10 +159,13 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork]):
 
     def rtnet_loss(self, head: nn.Module, u: Tensor, y: Tensor, u_hat: Tensor, protos: Tensor, labels_c: Tensor,
                    u_hat_c: Tensor | None, sigma: Tensor | None = None) -> Tensor:
-        """Eq. (6) with this run's beta, prototype-MMD choice and class reduction."""
+        """Eq. (6) per class (`rt_form: per_class`) or the official whole-batch L_FT (`batch`), with this run's
+        beta, distance, prototype-MMD choice and class reduction."""
         p = self.params
+        if p.rt_form == "batch":
+            return fl.rtnet_loss_batch(head, u, u_hat, protos, labels_c, u_hat_c, p.beta, sigma, p.rt_distance)
         return fl.rtnet_loss(head, u, y, u_hat, protos, labels_c, u_hat_c, p.beta, sigma, p.proto_mmd,
-                             p.class_reduction)
+                             p.class_reduction, p.rt_distance)
 
     # ------------------------------------------------------------------ client side
     def start(self, msg: Message, state: FRAugState, ctx: ClientContext) -> FRAugWork:
@@ -193,11 +176,12 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork]):
         gen = self._net("gen", {k[len(GEN):]: v for k, v in msg.arrays.items() if k.startswith(GEN)}
                         ) if p.use_generator else None
         rt = self._net("rt", state.rtnet) if p.use_rtnet else None
-        protos, seen = initial_prototypes(state, self.num_classes, model.feature_dim, p.proto_init == "zeros",
-                                          ctx.device)
+        protos, seen = initial_prototypes(state.protos, state.proto_seen, self.num_classes, model.feature_dim,
+                                          p.proto_init == "zeros", ctx.device)
         return FRAugWork(msg=msg, ctx=ctx, model=model, gen=gen, rt=rt, protos=protos, seen=seen,
                          cursor=state.proto_cursor, lam_c=lambda_c(ctx.round, ctx.rounds, p.lambda0, p.r0_frac),
-                         lam_syn=lambda_syn(ctx.round, ctx.rounds, p.lambda_syn_rate))
+                         lam_syn=lambda_syn(ctx.round, ctx.rounds, p.lambda_syn_rate),
+                         mix=None if p.syn_mix_rate is None else fl.mix_weight(ctx.round, ctx.rounds, p.syn_mix_rate))
 
     def passes(self, work: FRAugWork) -> list[LocalPass]:
         """One pass; each step: stage 1 (classifier), then stage 2 (g and m, simultaneously)."""
@@ -218,11 +202,12 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork]):
                                                    p.proto_absent == "skip")
         draws = None
         if len(y) >= 2:  # the generator / RTNet BatchNorm needs two samples
-            draws, synthetic = self.augment(work, u, y)
-            loss = loss + synthetic
+            draws, synthetic = self.augment(work, u, y)  # official mix (user_FRAug.py:182-185): synthetic halved
+            loss = loss + synthetic if work.mix is None else (1 - work.mix) * loss + work.mix * synthetic / 2
         optimizers.step(loss, "model")
         if draws is not None:
-            u2 = u.detach() if p.stage2_features == "reuse" else fl.features_keep_bn(model, x)
+            u2 = u.detach() if p.stage2_features == "reuse" else \
+                fl.features_eval(model, x) if p.stage2_features == "eval" else fl.features_keep_bn(model, x)
             work.totals[1:] += self.stage2(work, u2, y, draws, optimizers)
             work.aug_steps += 1
         work.totals[0] += float(loss.detach())
@@ -232,12 +217,13 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork]):
         """The step's draws (labels c, z, z') and L_syn on the residuals of the current g and m (Eqs. 2-3)."""
         p, gen, rt, device = self.params, work.gen, work.rt, work.ctx.device
         classes = work.seen.nonzero().flatten() if p.use_ema else work.seen.new_zeros(0, dtype=torch.long)
-        labels_c, work.cursor = fl.proto_labels(classes, p.b_syn, p.b_syn_per_class, p.proto_labels, work.cursor)
-        z = torch.randn(len(y), p.z_dim, device=device) if gen is not None else None
+        labels_c, work.cursor = fl.proto_labels(classes, p.b_syn or len(y), p.b_syn_per_class, p.proto_labels,
+                                                work.cursor)
+        z = fl.noise(len(y), p.z_dim, p.noise, device) if gen is not None else None
         # z' for the generator; without it, which real class-c embedding (or -1: u_bar_c) m transforms
-        z2 = torch.randn(len(labels_c), p.z_dim, device=device) if gen is not None else \
+        z2 = fl.noise(len(labels_c), p.z_dim, p.noise, device) if gen is not None else \
             fl.pick_real(y, labels_c, p.rt_input_c == "batch")
-        with torch.no_grad():
+        with torch.no_grad(), fl.eval_mode(*((gen, rt) if p.aux_eval else ())):
             res = fl.residual(gen, rt, z, y, u)
             base_c = fl.rt_source_c(u, work.protos, labels_c, z2) if gen is None else None
             res_c = fl.residual(gen, rt, z2, labels_c, base_c) if len(labels_c) else None
@@ -247,28 +233,47 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork]):
     def stage2(self, work: FRAugWork, u: Tensor, y: Tensor, draws: Draws, optimizers: Optimizers) -> Tensor:
         """Eq. (5) -> generator, Eq. (6) -> RTNet (classifier fixed: gradients go to g and m only), both taken
         before either steps. Returns the step's DIAGNOSTICS."""
-        p, route, gen, rt, head = self.params, self.params.rt_grad_to_generator, work.gen, work.rt, work.model.head
-        protos, labels_c, lam_s = work.protos, draws.labels_c, work.lam_syn
+        p, gen, rt, labels_c = self.params, work.gen, work.rt, draws.labels_c
         sigma = fl.mmd_bandwidth(u, p.mmd_bandwidth, p.mmd_sigma)
         gen_loss = rt_loss = torch.zeros((), device=u.device)
+        balanced = p.gen_labels == "balanced" and len(labels_c) > 0  # official: g learns the rotated labels
         v = gen(draws.z, y) if gen is not None else None
+        v_c = None
+        if gen is not None and len(labels_c) and (rt is not None or balanced):
+            with torch.set_grad_enabled(balanced or p.rt_grad_to_generator):
+                v_c = gen(draws.z2, labels_c)
         if v is not None:
-            gen_loss = fl.generator_loss(head, v, y, u, p.alpha, sigma)
-        src = v if v is not None else u  # the RTNet's input: g(z, y), or the real u without the generator
-        res = lam_s * (src if rt is None else rt(src if route else src.detach()))
-        if rt is not None:
-            u_hat_c = None
-            if len(labels_c):
-                with torch.set_grad_enabled(route):
-                    src_c = gen(draws.z2, labels_c) if gen is not None else \
-                        fl.rt_source_c(u, protos, labels_c, draws.z2)
-                u_hat_c = protos[labels_c] + lam_s * rt(src_c if route else src_c.detach())
-            rt_loss = self.rtnet_loss(head, u, y, u + res, protos, labels_c, u_hat_c, sigma)
-        losses = {"gen": gen_loss + (rt_loss if route else 0.0)} if gen is not None else {}
+            g_out, g_y = (v_c, labels_c) if balanced and v_c is not None else (v, y)
+            target = work.protos[g_y] if p.gen_distance == "l2" else u  # l2: to the class means (official Digits)
+            gen_loss = fl.generator_loss(work.model.head, g_out, g_y, target, p.alpha, sigma, p.gen_distance)
+        if rt is None:
+            res = work.lam_syn * (v if v is not None else u)
+        else:
+            res, rt_loss = self.rtnet_terms(work, u, y, draws, v, v_c, sigma)
+        losses = {"gen": gen_loss + (rt_loss if p.rt_grad_to_generator else 0.0)} if gen is not None else {}
         if rt is not None:
             losses["rt"] = rt_loss
         optimizers.step_each(losses)
         return fl.step_diagnostics(gen_loss, rt_loss, u, res.detach(), sigma)
+
+    def rtnet_terms(self, work: FRAugWork, u: Tensor, y: Tensor, draws: Draws, v: Tensor | None, v_c: Tensor | None,
+                    sigma: Tensor | None) -> tuple[Tensor, Tensor]:
+        """(u_hat - u, L_rt): m maps g's outputs v, v_c (the real u / `rt_source_c` without the generator); under
+        `aux_eval` it maps g's eval-mode outputs of the same noise (official: g.eval() while m trains)."""
+        p, gen, rt, protos, labels_c = self.params, work.gen, work.rt, work.protos, draws.labels_c
+        assert rt is not None
+        route, lam = p.rt_grad_to_generator, work.lam_syn if p.rt_scale == "lambda_syn" else 1.0
+        if p.aux_eval and gen is not None and not route:
+            with torch.no_grad(), fl.eval_mode(gen):
+                v = gen(draws.z, y)
+                v_c = gen(draws.z2, labels_c) if len(labels_c) else None
+        src = v if v is not None else u
+        res = lam * rt(src if route else src.detach(), y)
+        u_hat_c = None
+        if len(labels_c):
+            src_c = v_c if v_c is not None else fl.rt_source_c(u, protos, labels_c, draws.z2)
+            u_hat_c = protos[labels_c] + lam * rt(src_c if route else src_c.detach(), labels_c)
+        return res, self.rtnet_loss(work.model.head, u, y, u + res, protos, labels_c, u_hat_c, sigma)
 
     def finish(self, work: FRAugWork, state: FRAugState, stats: FitStats) -> tuple[Message, FRAugState]:
         """Send the classifier's shared part and g; keep the local BN, m, and (`proto_persist`) the prototypes."""

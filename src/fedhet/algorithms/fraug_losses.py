@@ -8,8 +8,10 @@
 - `proto_labels`: the classes c of the B_syn prototype-based synthetic embeddings u_hat_c of one step.
 - `lambda_c`, `lambda_syn` (appendix A.2 schedules), `update_prototypes` (Eq. 4).
 - `pick_real`, `rt_source_c`: the RTNet's input for u_hat_c in the ablation without the generator.
-- `residual`, `features_keep_bn`, `step_diagnostics`: a step's residuals, its recomputed stage-2 features and
-  what it reports.
+- `residual`, `features_keep_bn`, `features_eval`, `step_diagnostics`: a step's residuals, its recomputed stage-2
+  features and what it reports.
+- `distance` (`Params.gen_distance` / `rt_distance`), `noise`, `mix_weight`, `rtnet_loss_batch`: the official
+  code's variants (HaokunChen245/FRAug; docs/fraug.md, "Paper vs official code vs fedhet").
 
 The sums over classes are reduced by `per_class`: per-class means, then summed (the literal Sigma_c) or averaged.
 """
@@ -17,17 +19,49 @@ The sums over classes are reduced by `per_class`: per-class means, then summed (
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedhet.core.params import BN_TYPES
 from fedhet.losses import gaussian_mmd, median_heuristic_sigma, softmax_entropy
+from fedhet.losses.feature_distance import mean_cov_distance, multi_kernel_mmd
 from fedhet.models import SplitModel
 
 BANDWIDTHS = ("pooled", "real", "fixed")
 LABEL_DRAWS = ("rotate", "random")
 RT_INPUTS_C = ("batch", "prototype")
+DISTANCES = ("mmd", "mmd_multi", "mean_cov", "l2")
+
+
+def distance(kind: str, a: Tensor, b: Tensor, sigma: Tensor | None = None) -> Tensor:
+    """d(a, b): `mmd` Gaussian MMD^2 (bandwidth `sigma`, None: pooled median), `mmd_multi` / `mean_cov` the official
+    set distances (fedhet.losses.feature_distance), `l2` the mean squared error to the paired targets b (b is
+    broadcast: one row = one target for all; official torch.nn.MSELoss, user_FRAug.py:83)."""
+    if kind == "mmd":
+        return gaussian_mmd(a, b, sigma)
+    if kind == "mmd_multi":
+        return multi_kernel_mmd(a, b)
+    if kind == "mean_cov":
+        return mean_cov_distance(a, b)
+    if kind == "l2":
+        return F.mse_loss(a, b.expand_as(a))
+    raise ValueError(f"fraug: unknown distance {kind!r}; valid: {', '.join(DISTANCES)}")
+
+
+def noise(n: int, dim: int, kind: str, device: torch.device) -> Tensor:
+    """The generator's input noise: U[0, 1) (`uniform`, official torch.rand) or N(0, I) (`normal`, appendix)."""
+    return torch.rand(n, dim, device=device) if kind == "uniform" else torch.randn(n, dim, device=device)
+
+
+def mix_weight(rnd: int, rounds: int, rate: float) -> float:
+    """The official stage-1 weight w of the synthetic CE: min(0.5, exp(rate (r - R))) (user_FRAug.py:113-119; the
+    official round is 0-based, r - 1 here)."""
+    return min(0.5, math.exp(rate * (rnd - 1 - rounds)))
 
 
 def lambda_c(rnd: int, rounds: int, lambda0: float = 0.3, r0_frac: float = 0.05) -> float:
@@ -119,20 +153,22 @@ def synthetic_loss(head: nn.Module, u: Tensor, y: Tensor, res: Tensor, protos: T
     return loss
 
 
-def generator_loss(head: nn.Module, v: Tensor, y: Tensor, u: Tensor, alpha: float, sigma: Tensor | None) -> Tensor:
-    """Eq. (5): CE(h(v_hat), y) - alpha * MMD(v_hat, u); u is the real embeddings of the batch."""
-    return F.cross_entropy(head(v), y) - alpha * gaussian_mmd(v, u.detach(), sigma)
+def generator_loss(head: nn.Module, v: Tensor, y: Tensor, u: Tensor, alpha: float, sigma: Tensor | None,
+                   kind: str = "mmd") -> Tensor:
+    """Eq. (5): CE(h(v_hat), y) - alpha * d(v_hat, u); u: the real embeddings of the batch (or, for `l2`, the
+    prototypes of y: user_FRAug.py:218-222)."""
+    return F.cross_entropy(head(v), y) - alpha * distance(kind, v, u.detach(), sigma)
 
 
 def rtnet_loss(head: nn.Module, u: Tensor, y: Tensor, u_hat: Tensor, protos: Tensor, labels_c: Tensor,
                u_hat_c: Tensor | None, beta: float, sigma: Tensor | None, proto_mmd: str = "prototype",
-               reduction: str = "mean") -> Tensor:
-    """Eq. (6): -Ent(h(u_hat)) - Sigma_c Ent(h(u_hat_c)) + beta (MMD(u_hat, u) + Sigma_c MMD(u_hat_c, u_bar_c)).
+               reduction: str = "mean", kind: str = "mmd") -> Tensor:
+    """Eq. (6): -Ent(h(u_hat)) - Sigma_c Ent(h(u_hat_c)) + beta (d(u_hat, u) + Sigma_c d(u_hat_c, u_bar_c)).
 
     The class-c MMD compares with the prototype as a one-sample set, or (`proto_mmd="real"`) with the batch's
     real class-c embeddings when it has any."""
     u = u.detach()
-    loss = -softmax_entropy(head(u_hat)) + beta * gaussian_mmd(u_hat, u, sigma)
+    loss = -softmax_entropy(head(u_hat)) + beta * distance(kind, u_hat, u, sigma)
     if u_hat_c is None or not len(labels_c):
         return loss
     logits_c, terms = head(u_hat_c), []
@@ -140,21 +176,71 @@ def rtnet_loss(head: nn.Module, u: Tensor, y: Tensor, u_hat: Tensor, protos: Ten
         mask = labels_c == c
         real = u[y == c] if proto_mmd == "real" else u[:0]
         target = real if len(real) else protos[c].detach()[None]
-        terms.append(-softmax_entropy(logits_c[mask]) + beta * gaussian_mmd(u_hat_c[mask], target, sigma))
+        terms.append(-softmax_entropy(logits_c[mask]) + beta * distance(kind, u_hat_c[mask], target, sigma))
     total = torch.stack(terms)
     return loss + (total.sum() if reduction == "sum" else total.mean())
 
 
+def rtnet_loss_batch(head: nn.Module, u: Tensor, u_hat: Tensor, protos: Tensor, labels_c: Tensor,
+                     u_hat_c: Tensor | None, beta: float, sigma: Tensor | None, kind: str) -> Tensor:
+    """The official L_FT (user_FRAug.py:237-275): each branch -Ent(h(.)) + beta d(., target) on its whole batch,
+    targets u (real branch) and u_bar[labels_c] (prototype branch), the two branches averaged."""
+    terms = [-softmax_entropy(head(u_hat)) + beta * distance(kind, u_hat, u.detach(), sigma)]
+    if u_hat_c is not None and len(labels_c):
+        target = protos.detach()[labels_c]
+        terms.append(-softmax_entropy(head(u_hat_c)) + beta * distance(kind, u_hat_c, target, sigma))
+    return torch.stack(terms).mean()
+
+
 def residual(gen: nn.Module | None, rt: nn.Module | None, z: Tensor | None, y: Tensor, base: Tensor | None
              ) -> Tensor:
-    """m(g(z, y)); g(z, y) without the RTNet; m(base) without the generator (base: u, or u_hat_c's source)."""
+    """m(g(z, y), y); g(z, y) without the RTNet; m(base, y) without the generator (base: u, or u_hat_c's source)."""
     if gen is not None:
         v: Tensor = gen(z, y)
     elif base is not None:
         v = base.detach()
     else:
         raise ValueError("fraug: a residual without the generator needs the RTNet's input")
-    return v if rt is None else rt(v.detach())
+    return v if rt is None else rt(v.detach(), y)
+
+
+@dataclass(frozen=True)
+class Draws:
+    """A step's random draws: the labels c of the u_hat_c, z for u_hat and z' for u_hat_c (without the
+    generator: z is None and z' holds the picked real class-c embeddings' indices, -1: the prototype)."""
+
+    labels_c: Tensor
+    z: Tensor | None
+    z2: Tensor
+
+
+def initial_prototypes(protos: Tensor | None, seen: Tensor | None, num_classes: int, dim: int, zeros: bool,
+                       device: torch.device) -> tuple[Tensor, Tensor]:
+    """The client's prototypes and seen flags; before it has any, zeros flagged seen (`zeros`) or unseen."""
+    if protos is not None and seen is not None:
+        return protos.to(device), seen.to(device)
+    return (torch.zeros(num_classes, dim, device=device),
+            torch.full((num_classes,), zeros, dtype=torch.bool, device=device))
+
+
+def bn_buffer_keys(model: nn.Module) -> set[str]:
+    """State-dict keys of the BatchNorm buffers (running mean / var, batch count): what `bn_share: affine` keeps
+    local (official model_share 'no_bn_running_stats', server_base.py:78)."""
+    return {f"{name}.{b}" if name else b for name, mod in model.named_modules() if isinstance(mod, BN_TYPES)
+            for b, _ in mod.named_buffers(recurse=False)}
+
+
+@contextmanager
+def eval_mode(*nets: nn.Module | None) -> Iterator[None]:
+    """The given networks in eval mode (BatchNorm on running statistics) inside the block, restored after."""
+    modes = [(n, n.training) for n in nets if n is not None]
+    for n, _ in modes:
+        n.eval()
+    try:
+        yield
+    finally:
+        for n, mode in modes:
+            n.train(mode)
 
 
 @torch.no_grad()
@@ -164,6 +250,15 @@ def features_keep_bn(model: SplitModel, x: Tensor) -> Tensor:
     u: Tensor = model.features(x)
     for b, s in zip(model.buffers(), saved, strict=True):
         b.copy_(s)
+    return u
+
+
+@torch.no_grad()
+def features_eval(model: SplitModel, x: Tensor) -> Tensor:
+    """f(x) with BatchNorm in eval mode (running statistics), as the official stage 2 (user_FRAug.py:197, 215)."""
+    model.eval()
+    u: Tensor = model.features(x)
+    model.train()
     return u
 
 
