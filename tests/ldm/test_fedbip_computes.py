@@ -40,7 +40,7 @@ def test_the_upload_is_z_t_and_the_concepts_learn_on_z_0(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(fedbip_module, "instance_latents", recording_latents)
     monkeypatch.setattr(fedbip_module, "concept_loss", recording_loss)
-    reply = fit(experiment("method_args.concept_epochs=2"))[3]
+    reply = fit(experiment("method_args.concept_epochs=2", "method_args.start_latent=upload"))[3]
     (z0, z_t), = made
     assert torch.equal(reply.arrays["latents"], z_t.cpu()) and not torch.allclose(z_t, z0)
     # ᾱ_T of SD's schedule is 0.0047: z(T) is almost pure N(0, I) noise, z(0) is not

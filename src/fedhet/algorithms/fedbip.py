@@ -52,7 +52,7 @@ from fedhet.core.messages import Message, Reply
 from fedhet.core.params import state_of
 from fedhet.errors import ConfigError, FedhetError
 from fedhet.models.ldm.checkpoint import load_components, resolve_checkpoint
-from fedhet.models.ldm.client import FedBiPUpload, instance_latents
+from fedhet.models.ldm.client import FedBiPUpload, instance_latents, max_noise_std
 from fedhet.models.ldm.concepts import Concepts, check_frozen, concept_loss, init_concepts
 from fedhet.models.ldm.prompts import PromptEncoder
 
@@ -152,7 +152,7 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
         images = p.image_format().to_ldm(x, self.image_side())
         seed = int(torch.randint(0, 2**62, (1,)))  # from the engine's seeded RNG
         g = torch.Generator().manual_seed(seed)
-        real, noised = instance_latents(enc.parts, images, y, g, p.singleton, p.posterior)
+        real, noised = instance_latents(enc.parts, images, y, g, p.singleton, p.posterior, start=p.start_latent)
         concepts = self.initial_concepts(enc, ctx, g)
         geometry = (int(x.shape[1]), int(x.shape[2]), int(x.shape[3]))
         work = FedBiPWork(msg=msg, ctx=ctx, model=self.parts.spare("workspace"), real=real.cpu(), labels=y,
@@ -253,7 +253,8 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
             geometry = tuple(int(reply.message.scalars[k]) for k in GEOMETRY)
         except (KeyError, FedhetError) as err:
             raise ConfigError(f"client {reply.client_id}'s fedbip upload is malformed: {err}") from err
-        plan = SynthesisPlan(p.multiplier, p.chunk, "zT" in p.personalize, seed, reply.client_id)
+        redraw = max_noise_std(self.encoder().parts.train_scheduler) if p.start_latent == "fresh" else 0.0
+        plan = SynthesisPlan(p.multiplier, p.chunk, "zT" in p.personalize, seed, reply.client_id, redraw)
         gen = p.generation()
         key = upload_key(upload, self.ldm_identity(), p.template, p.n_domain, p.n_class, p.mode, gen,
                          plan.key_fields())

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from fedhet.algorithms.fedbip_parts import ImageFormat
 from fedhet.errors import ConfigError, FedhetError
 from fedhet.models.ldm.checkpoint import resolve_checkpoint
-from fedhet.models.ldm.client import SINGLETONS
+from fedhet.models.ldm.client import SINGLETONS, START_LATENTS
 from fedhet.models.ldm.components import SPACINGS
 from fedhet.models.ldm.concepts import INITS
 from fedhet.models.ldm.generate import NOISE_PER, GenerationConfig
@@ -44,6 +44,7 @@ class FedBiPParams:
     concept_lr: float = 0.1
     posterior: str = "sample"
     singleton: str = "self"
+    start_latent: str = "fresh"
     personalize: list[str] = field(default_factory=lambda: list(COMPONENTS))
     size: str | None = None
     multiplier: int = 10
@@ -73,7 +74,8 @@ class FedBiPParams:
             self.multiplier = SIZES[self.size]
         bad = [c for c in self.personalize if c not in COMPONENTS]
         choices = [("mode", self.mode, MODES), ("init", self.init, INITS), ("posterior", self.posterior, POSTERIORS),
-                   ("singleton", self.singleton, SINGLETONS), ("noise_per", self.noise_per, NOISE_PER),
+                   ("singleton", self.singleton, SINGLETONS), ("start_latent", self.start_latent, START_LATENTS),
+                   ("noise_per", self.noise_per, NOISE_PER),
                    ("spacing", self.spacing, (None, *SPACINGS))]
         checks = [(not bad, f"personalize takes a subset of {list(COMPONENTS)}, got {bad}"),
                   (self.n_domain >= 1 and self.n_class >= 1, "n_domain and n_class must be >= 1"),

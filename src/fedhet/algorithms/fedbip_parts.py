@@ -6,11 +6,12 @@
   grey = channel mean, normalise) so the classifier sees synthetic images exactly as it will see real ones.
 - The synthetic set (`synthesize`, Alg. 1 ServerUpdate lines 4-7 x multiplier): `multiplier` copies of the
   client's uploaded latents, image j from latent j mod N with its own η of Ŝ (FedBiP-S / M / L: multiplier
-  2 / 5 / 10). Generation runs in parts of at most `chunk` latents; part m of copy k draws its η (and, without z(T),
-  its start noise) from a generator seeded by (seed, client, k, m), so a part is the same whether it is generated
-  in one go, after a restart, or for a larger multiplier. Finished parts are kept in a cache directory (atomic
-  files, keyed by a hash of the upload, the LDM and every generation setting but the multiplier), so a killed run
-  regenerates only the missing parts and FedBiP-S reuses the first copies of FedBiP-L.
+  2 / 5 / 10) and, with `start_latent: fresh`, its own start latent. Generation runs in parts of at most `chunk`
+  latents; part m of copy k draws its η (and its start noise: without z(T), or with a fresh start) from a
+  generator seeded by (seed, client, k, m), so a part is the same whether it is generated in one go, after a
+  restart, or for a larger multiplier. Finished parts are kept in a cache directory (atomic files, keyed by a hash
+  of the upload, the LDM and every generation setting but the multiplier), so a killed run regenerates only the
+  missing parts and FedBiP-S reuses the first copies of FedBiP-L.
 """
 
 from __future__ import annotations
@@ -103,18 +104,21 @@ def upload_key(upload: FedBiPUpload, *settings: object) -> str:
 class SynthesisPlan:
     """One client's synthetic set: `multiplier` copies of its N uploaded latents, each image with its own η,
     generated in parts of at most `chunk` images (the unit of resumption); `use_latents`: start from the uploaded
-    z(T) (else fresh N(0, I), Table 3's rows without z(T))."""
+    latents (else fresh N(0, I), Table 3's rows without z(T)); `redraw`: the std of a fresh ξ added to them for
+    every image (√(1 − ᾱ_T) when the upload holds z(T)'s centre, `start_latent: fresh`; 0: start from them as
+    they are)."""
 
     multiplier: int
     chunk: int
     use_latents: bool
     seed: int
     client: int
+    redraw: float = 0.0
 
     def key_fields(self) -> tuple[object, ...]:
         """What makes a part's content (not `multiplier`: copy k is the same in every larger set, so FedBiP-S's
         images are the first copies of FedBiP-L's and a size sweep generates each copy once)."""
-        return self.chunk, self.use_latents, self.seed, self.client
+        return self.chunk, self.use_latents, self.seed, self.client, self.redraw
 
 
 Generate = Callable[[FedBiPUpload, GenerationConfig, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
@@ -168,5 +172,7 @@ def _generate_part(upload: FedBiPUpload, rows: slice, plan: SynthesisPlan, where
     latents = upload.latents[rows]
     if not plan.use_latents:
         latents = torch.randn(latents.shape, generator=g)
+    elif plan.redraw:  # a fresh start latent per image around the uploaded centre (start_latent: fresh)
+        latents = latents + plan.redraw * torch.randn(latents.shape, generator=g).to(latents.dtype)
     x, y = run(FedBiPUpload(latents, upload.labels[rows], upload.domain, upload.classes), generation, g)
     return {"images": (x.clamp(0, 1) * 255).round().to(torch.uint8), "labels": y}

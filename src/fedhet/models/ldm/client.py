@@ -12,6 +12,16 @@ Where the paper is silent: a class with a single local sample has no partner i' 
 pairs it with itself, so z̄(0) = z_i(0) whatever γ (no mixing for that image: weaker privacy, logged as a warning;
 the official code's partner rule, index (i + 5) mod n within the class, does the same); `singleton="error"` raises.
 One γ, one partner and one ϵ per image; draws come from the caller's generator, on CPU (device-independent).
+
+`start` (START_LATENTS): what the upload's latents are and where the server's denoising starts.
+- "fresh" (the method's default, `method_args.start_latent`): the official code (HaokunChen245/FedBiP
+  generate.py lines 266 and 285-290) draws `latent = mean + std * randn` afresh for every synthetic image, from
+  per-image mean / std files written by a script it does not publish; read here as the Gaussian z_i(T) is drawn
+  from. The upload holds its centre m_i = √ᾱ_T z̄(0); the server draws a new start m_i + √(1 − ᾱ_T) ξ,
+  ξ ~ N(0, I), for every image it makes, so copies of one upload are genuinely distinct. The server can recover
+  z̄(0) = m_i / √ᾱ_T: weaker privacy than the paper's upload (§5.5); the official code likewise keeps a mean.
+- "upload" (the paper's Alg. 1 / Eq. 5 read literally): the upload holds one z_i(T) = δ(T, z̄(0)) and every
+  copy restarts from it (the deterministic PNDM sampler then makes near-identical copies).
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from fedhet.models.ldm.prompts import PromptEncoder
 
 log = logging.getLogger(__name__)
 SINGLETONS = ("self", "error")
+START_LATENTS = ("fresh", "upload")
 
 
 def sample_gamma(n: int, generator: torch.Generator, mean: float = 0.5, std: float = 0.1) -> torch.Tensor:
@@ -69,6 +80,11 @@ def interpolate(latents: torch.Tensor, partners: torch.Tensor, gamma: torch.Tens
 def max_timestep_alpha(scheduler: Any) -> torch.Tensor:
     """ᾱ_T: the DDPM schedule's cumulative α at its last timestep (diffusers index T − 1)."""
     return torch.as_tensor(scheduler.alphas_cumprod[-1])
+
+
+def max_noise_std(scheduler: Any) -> float:
+    """√(1 − ᾱ_T): the std of the noise in z(T) around its centre √ᾱ_T z̄(0) (what `start="fresh"` redraws)."""
+    return float((1 - max_timestep_alpha(scheduler).to(torch.float64)).sqrt())
 
 
 def noise_to_max_timestep(latents: torch.Tensor, scheduler: Any, generator: torch.Generator) -> torch.Tensor:
@@ -111,11 +127,16 @@ class FedBiPUpload:
 
 def instance_latents(parts: LDMComponents, images: torch.Tensor, labels: torch.Tensor,
                      generator: torch.Generator, singleton: str = "self", posterior: str = "sample",
-                     value_range: str = "unit") -> tuple[torch.Tensor, torch.Tensor]:
-    """(z_i(0), z_i(T)): the real latents (for Eq. 4) and the interpolated, max-noised ones (Eq. 3 + δ(T, ·))."""
+                     value_range: str = "unit", start: str = "upload") -> tuple[torch.Tensor, torch.Tensor]:
+    """(z_i(0), upload latents): the real latents (for Eq. 4) and the interpolated ones (Eq. 3), max-noised to
+    z_i(T) = δ(T, z̄(0)) (`start="upload"`) or the centre √ᾱ_T z̄(0) of z_i(T)'s Gaussian (`"fresh"`)."""
+    if start not in START_LATENTS:
+        raise FedhetError(f"unknown start latent '{start}'; valid: {', '.join(START_LATENTS)}")
     z0 = encode_images(parts, images, generator, posterior, value_range)
     partners = same_class_partners(labels, generator, singleton)
     zbar = interpolate(z0, partners, sample_gamma(len(labels), generator))
+    if start == "fresh":
+        return z0, max_timestep_alpha(parts.train_scheduler).to(torch.float64).sqrt().item() * zbar
     return z0, noise_to_max_timestep(zbar, parts.train_scheduler, generator)
 
 
