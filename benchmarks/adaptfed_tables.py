@@ -20,6 +20,7 @@ from fedhet.atomic import atomic_write_text
 from fedhet.report.cost import format_params, traffic_mean
 from fedhet.report.novel import novel_section
 from fedhet.report.runs import RunRecord, load_runs
+from fedhet.report.setting import run_configs, setting_section
 
 ORDER = ["local_t", "fedavg_t", "vanilla_t", "fedper_t", "pfedhn_t", "fedtp_t", "adaptfed", "p_mlp", "p_norm",
          "p_encoder", "hnet_lr01", "hnet_lr03", "lora4", "task_aware", "plus_fedper", "fedavg", "fedprox", "fedbn",
@@ -89,7 +90,7 @@ def main() -> None:
         parser.error(f"--headers names {len(headers)} columns for {len(args.folders)} folders")
     text = (novel_section(load_runs(args.folders), heading=False) if args.novel
             else accuracy_table(args.folders, headers))
-    atomic_write_text(args.out, text)
+    atomic_write_text(args.out, setting_section(run_configs(args.folders)) + "\n" + text)
     print(text)
 
 

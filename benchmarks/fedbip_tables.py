@@ -16,6 +16,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from fedhet.report.setting import run_configs, setting_section
+
 MISSING = "—"
 MAIN = {"fedbip_digits": "Feature shift (digits, 16-shot)", "fedbip_fashion_iid": "Label shift IID",
         "fedbip_fashion_dir05": "Label shift Dir 0.5", "fedbip_fashion_dir001": "Label shift Dir 0.01"}
@@ -164,10 +166,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    setting = setting_section(run_configs([args.runs / name for name in (*MAIN, "fedbip_ablation")]))
     for file, text in (("main.md", main_table(args.runs)), ("ablation.md", ablation_table(args.runs)),
                        ("sizes.md", sizes_table(args.runs)), ("privacy.md", privacy_table(args.runs)),
                        ("cost.md", cost_table(args.runs, args.runs / "ldm32"))):
-        (args.out / file).write_text(text)
+        (args.out / file).write_text(setting + "\n" + text)
         print(f"{args.out / file}\n{text}")
     print("grids:", ", ".join(grids(args.runs, args.out)) or "none (no FedBiP-L digits run yet)")
 

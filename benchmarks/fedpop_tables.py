@@ -21,6 +21,8 @@ from pathlib import Path
 
 import yaml
 
+from fedhet.report.setting import run_configs, setting_section
+
 MISSING = "—"
 FMNIST = {"t2_iid": "IID", "t2_dir1": "NIID (Dir 1.0)", "t2_dir05": "NIID (Dir 0.5)"}
 SHAKESPEARE = {"t2_shk_iid": "Shakespeare IID", "t2_shk_niid": "Shakespeare NIID"}
@@ -171,9 +173,10 @@ def main(argv: list[str] | None = None) -> None:
     cells = group(load_runs(args.roots, args.prefix))
     seeds = len([s for s in args.seeds.split(",") if s.strip()])
     args.out.mkdir(parents=True, exist_ok=True)
+    configs = [c for c in run_configs(args.roots) if str(c.get("name", "")).startswith(f"{args.prefix}_")]
     for number, build in enumerate((table1, table2, table3, table4, table5), start=1):
         path = args.out / f"table{number}.md"
-        path.write_text(build(cells, seeds))
+        path.write_text(setting_section(configs) + "\n" + build(cells, seeds))
         print(f"wrote {path}")
     print(f"{sum(len(v) for v in cells.values())} runs in {len(cells)} cells")
 

@@ -8,8 +8,12 @@ and the benchmarks' table pages) prints it from the runs' configs, so no number 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import yaml
+
+BEGIN, END = "<!-- stand-ins -->", "<!-- /stand-ins -->"  # the block's bounds, so it can be replaced in place
 NONE_DECLARED = ("**Stand-ins.** None declared: no run's config has a `stand_in:` note. Before comparing with a "
                  "paper, check the setting below against the paper's.")
 
@@ -25,6 +29,8 @@ def _joined(values: Iterable[Any]) -> str:
 
 def _budget(config: Mapping[str, Any]) -> str:
     """Rounds and local work of one config, e.g. "20 rounds x 10 local steps, batch 32"."""
+    if config.get("tune"):  # a tuning job's members pick their own local work
+        return f"{config.get('rounds', '?')} rounds per configuration (train.* as tuned)"
     train = _section(config, "train")
     steps = train.get("local_steps")
     local = f"{steps} local steps" if steps else f"{train.get('local_epochs', 1)} local epoch(s)"
@@ -71,4 +77,17 @@ def setting_lines(configs: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def setting_section(configs: Sequence[Mapping[str, Any]]) -> str:
     """The Markdown block under a page's title: stand-in notes, then the setting per dataset."""
-    return "\n\n".join([*stand_in_lines(configs), *setting_lines(configs)]) + "\n"
+    return "\n\n".join([BEGIN, *stand_in_lines(configs), *setting_lines(configs), END]) + "\n"
+
+
+def run_configs(roots: Iterable[Path]) -> list[dict[str, Any]]:
+    """The config.yaml of every finished run (a summary.json beside it) under `roots`, for pages built from
+    run folders without `load_runs`."""
+    configs = []
+    for root in roots:
+        for summary in sorted(Path(root).rglob("summary.json")):
+            path = summary.parent / "config.yaml"
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+            if isinstance(loaded, dict):
+                configs.append(loaded)
+    return configs
