@@ -14,19 +14,18 @@ P is chosen by `personalize` (`fedhet.models.param_partition`: "focal_modulation
 paper; Table 9's "mlp" / "norm" / "encoder"; any selector list; "all" = every parameter, pFedHN-T).
 `generator="local"` is Vanilla-T (§2.1): each client keeps its own P_i, no hypernetwork.
 
-Our choices where the paper is silent (docs/adaptfed.md): the hypernetwork starts near the model's initial P
-(`init_from_model`, its head biases at those values), so every client's first P_i is a small perturbation of
-one initialisation instead of an arbitrary scale; the hypernetwork's defaults are FedTP's (embedding 32, hidden
-100, one hidden layer, SGD lr 0.01 momentum 0.9 wd 1e-3). Our designs for the paper's "low-rank hypernetwork
-conditioning" (no method text, spec §2.6): `rank` factors the generator's output, P_i = B + U_i V_i^T with B in
-phi (the messages still carry P_i in full); `lora_rank` makes P_i the factors themselves: LoRA (peft) on the
-personalized layers, their pretrained weights frozen on every client and never sent, the hypernetwork emitting
-only each client's LoRA factors, so only xi and the factors travel.
+Our choices where the paper is silent (docs/adaptfed.md): the generated P starts near the model's initial P
+(`init_from_model`); the generator is embedding 32, hidden 100, one hidden layer (ours: FedTP's is 128 / 150 / 3,
+its main.py:71-74); its SGD is FedTP's (0.01, momentum 0.9, wd 1e-3) with the lr scaled to the run's rounds
+(`HyperUpdateConfig.lr_for`). Ours, for the paper's "low-rank hypernetwork conditioning" (spec §2.6): `rank`
+(P_i = B + U_i V_i^T, B in phi, P_i sent in full) and `lora_rank` (P_i = LoRA factors on frozen layers, sent alone).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +52,7 @@ from fedhet.models.peft.lora import LoraSplit, lora_on_parameters
 
 GENERATORS = ("hypernet", "local")
 DESCRIPTORS = ("none", "label_histogram")
+log = logging.getLogger(__name__)
 DESCRIPTOR_KEY = "descriptor"  # the reply's array with the client's task descriptor s_i (task-aware embeddings)
 
 
@@ -195,6 +195,7 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
                   if k in self.parts.shared and k not in self.partition.p}
         if self.params.generator == "local":
             return HyperServerState(model=shared)
+        warn_heads(self.partition, self.params)
         hnet = self.new_hypernet()
         hopt = HyperNetworkUpdater(hnet, self.params.update).state_dict()
         return HyperServerState(model=shared, hnet=_clone(hnet.state_dict()), hopt=hopt)
@@ -243,7 +244,8 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
             for r in replies:
                 table[r.client_id] = r.message.arrays[DESCRIPTOR_KEY].float().cpu()
             hnet.set_descriptors(table)
-        updater = HyperNetworkUpdater(hnet, self.params.update)
+        update = self.params.update  # its lr scaled to this run's rounds (hypernet_update.scaled_lr)
+        updater = HyperNetworkUpdater(hnet, dataclasses.replace(update, lr=update.lr_for(info.rounds)))
         updater.load_state_dict(server.hopt)
         with torch.no_grad():
             sent = {r.client_id: hnet(r.client_id) for r in replies}
@@ -252,6 +254,19 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
                       for r in replies])
         return dataclasses.replace(server, model=model, opt=opt, hnet=_clone(hnet.state_dict()),
                                    hopt=_clone_tree(updater.state_dict()))
+
+
+HEADS_WARN = 100_000_000  # warn above this many parameters in the hypernetwork's full-rank heads
+
+
+def warn_heads(partition: ParamPartition, p: AdaptFEDParams) -> None:
+    """Warn when the full-rank heads, (hidden_dim + 1) x D_s parameters, are large: a real FocalNet-T's focal
+    modulation (D_s ~ 6.5M) gives ~656M with hidden_dim 100; `rank` / `lora_rank` shrink them."""
+    heads = (p.hidden_dim + 1) * sum(math.prod(s) for s in partition.shapes().values())
+    if p.rank is None and p.lora_rank is None and heads > HEADS_WARN:
+        log.warning("adaptfed: the hypernetwork's heads have %s parameters ((hidden_dim %d + 1) x %s generated "
+                    "values per client, %.1f GB in float32); set method_args.rank or lora_rank to shrink them",
+                    f"{heads:,}", p.hidden_dim, f"{heads // (p.hidden_dim + 1):,}", heads * 4 / 1e9)
 
 
 class GeneratedModel(nn.Module):

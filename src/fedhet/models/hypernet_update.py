@@ -16,13 +16,18 @@ For each client i of the round, `torch.autograd.grad(P_i, [phi, z_i], grad_outpu
   the round's clients, with the same SGD rule (momentum, weight decay) per row: z_j of an absent client never
   moves. "dense" puts the whole table in the optimizer as FedTP / pFedHN do, so absent rows still decay and
   coast on momentum.
-* Defaults lr 0.01, momentum 0.9, weight decay 1e-3 (FedTP's hypernetwork SGD; beta = 0.01, spec §2.10);
+* Defaults lr 0.01, momentum 0.9, weight decay 1e-3 (FedTP's hypernetwork SGD; beta = 0.01, spec §2.10), tuned
+  for `schedule_rounds` = 1500 rounds (FedTP main.py:37, 41; the paper's 1500). A run of R rounds steps with
+  `lr_for(R)` = lr * sqrt(schedule_rounds / R) (`scaled_lr`): SGD's step for a horizon of T steps is
+  D / (G sqrt(T)) (the minimax constant step for convex Lipschitz objectives), so the step tuned for T_0 becomes
+  lr sqrt(T_0 / T) for T; 1500 rounds keep 0.01, 60 rounds give 0.05. `schedule_rounds=None`: lr as given;
   `max_grad_norm` (pFedHN clips at 50; FedTP and the paper do not) is off by default. It clips phi's gradient
   by its joint norm and each z_i row by its own, so that no other client's Delta scales z_i's step.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +57,7 @@ class HyperUpdateConfig:
     aggregation: str = "sum"
     embedding_update: str = "row"
     max_grad_norm: float | None = None
+    schedule_rounds: int | None = 1500  # the rounds `lr` is tuned for (FedTP's); None: lr as given
 
     def __post_init__(self) -> None:
         for kind, value, choices in (("hypernetwork sign", self.sign, SIGNS),
@@ -65,6 +71,20 @@ class HyperUpdateConfig:
                               f"{self.lr}, momentum={self.momentum}, weight_decay={self.weight_decay}")
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
             raise ConfigError(f"hypernetwork update: max_grad_norm must be > 0 or None, got {self.max_grad_norm}")
+        r = self.schedule_rounds
+        if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
+            raise ConfigError(f"method_args.update.schedule_rounds must be an integer >= 1 or null, got {r!r}")
+
+    def lr_for(self, rounds: int) -> float:
+        """The step for a run of `rounds` rounds: `scaled_lr(lr, schedule_rounds, rounds)` (module docstring)."""
+        return self.lr if self.schedule_rounds is None else scaled_lr(self.lr, self.schedule_rounds, rounds)
+
+
+def scaled_lr(lr: float, schedule_rounds: int, rounds: int) -> float:
+    """lr * sqrt(schedule_rounds / rounds): SGD's horizon rule eta ~ 1/sqrt(T) (module docstring)."""
+    if rounds < 1:
+        raise ValueError(f"scaled_lr: rounds must be >= 1, got {rounds}")
+    return lr * math.sqrt(schedule_rounds / rounds)
 
 
 @dataclass(frozen=True)
@@ -207,6 +227,8 @@ class HyperNetworkUpdater:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what `state_dict` returned."""
         self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:  # the config's lr, not the saved one (it may be rescaled)
+            group["lr"] = self.config.lr
         self.z_momentum.copy_(state["z_momentum"])
         self.z_started.copy_(state["z_started"])
 
