@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # Modules whose import registers datasets (imported lazily to avoid import cycles).
 _LOADER_MODULES = ("digits", "offline_digits", "images", "features", "synthetic", "fashion_mnist", "cifar10",
                    "isic2019", "rxrx1", "imagefolder", "csv_table", "vqa_benchmarks",
-                   "shakespeare")
+                   "shakespeare", "fedbip_subsets")
 
 
 @dataclass
