@@ -5,6 +5,11 @@
 #   feature    Table 1: feature shift, digit domains the LDM never saw, 16-shot; FedBiP x1/S/3x/M/L, prompt only,
 #              FedAvg, Central (configs/fedbip/feature_shift.yaml)
 #   ablation   Table 3: none / V / S / z(T) / all without perturbation / all (configs/fedbip/ablation.yaml)
+#   fresh      issue 37: Table 1's FedBiP x1/S/3x/M/L again with start_latent=fresh (the official code's fresh start
+#              latent per image, now the default) into runs/fedbip_digits_fresh; the runs above keep the old
+#              behaviour (start_latent=upload: every copy restarts from one z(T))
+#   ablation_fresh  issue 37: Table 3's rows with z(T) (zt_only, all_no_perturb, all) with start_latent=fresh into
+#              runs/fedbip_ablation_fresh (the rows without z(T) do not depend on it)
 #   label      Table 2: Fashion-MNIST, 5 clients, IID / Dirichlet 0.5 / Dirichlet 0.01 (configs/fedbip/label_shift.yaml)
 #   privacy    Table 4: `fedhet privacy` (loss / entropy gaps) on FedBiP-L, FedAvg and Central of every table
 #   reports    `fedhet report` per run name, the MIA and size tables and the real-vs-generated grids
@@ -45,6 +50,16 @@ fi
 if [[ $what == all || $what == ablation ]]; then
   $FEDHET sweep configs/fedbip/ablation.yaml --seeds "$ABLATION_SEEDS" -q
   save runs/fedbip_ablation
+fi
+if [[ $what == fresh ]]; then
+  $FEDHET sweep configs/fedbip/feature_shift.yaml name=fedbip_digits_fresh method_args.start_latent=fresh \
+    --methods "${FRESH_METHODS:-fedbip_l,fedbip_m,fedbip_s,fedbip_x1,fedbip_x3}" --seeds "$SEEDS" -q
+  save runs/fedbip_digits_fresh
+fi
+if [[ $what == ablation_fresh ]]; then
+  $FEDHET sweep configs/fedbip/ablation.yaml name=fedbip_ablation_fresh method_args.start_latent=fresh \
+    --methods zt_only,all_no_perturb,all --seeds "$SEEDS" -q
+  save runs/fedbip_ablation_fresh
 fi
 if [[ $what == all || $what == label ]]; then
   $FEDHET sweep configs/fedbip/label_shift.yaml --seeds "$LABEL_SEEDS" -q
