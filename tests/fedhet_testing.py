@@ -50,7 +50,8 @@ def for_method(method: str, overrides: list[str]) -> list[str]:
     modality = ALGORITHMS.get(method).modality
     extra = tiny_ldm() if modality == "latent-diffusion" else \
         {"vision-language": TINY_VL, "focal-modulation": TINY_FOCAL}.get(modality, [])
-    return [*overrides, *extra, f"method={method}"]
+    one_shot = ["rounds=1"] if ALGORITHMS.get(method).one_shot else []  # FedD3: one round only
+    return [*overrides, *extra, *one_shot, f"method={method}"]
 
 
 def tiny_model(in_dim: int = 4, feat_dim: int = 3, num_classes: int = 2, bn: bool = False):
