@@ -36,12 +36,30 @@ def test_nothing_to_compare() -> None:
     assert read_table(table({"fedavg": 0.5})) == ""
 
 
-def test_the_report_prints_the_reading_under_the_accuracy_table(make_run, tmp_path) -> None:
+def test_the_report_reads_every_metric_under_its_table(make_run, tmp_path) -> None:
     from fedhet.report import write_report
 
     runs = [make_run("single", 0, {"a": 0.5, "b": 0.6, "avg": 0.55}),
             make_run("fedbn", 0, {"a": 0.7, "b": 0.8, "avg": 0.75})]
     text = write_report(runs, tmp_path / "out").markdown.read_text()
-    reading = "**Reading.** On digits, fedbn has the highest average accuracy over clients (75.0%), 20.0 points"
-    assert reading in text
-    assert text.index(reading) < text.index("balanced_accuracy (%)") and text.count("**Reading.**") == 1
+    reading = ("**Reading (accuracy).** On digits, fedbn has the highest average accuracy over clients (75.0%), "
+               "20.0 points")
+    balanced = "**Reading (balanced_accuracy).** On digits, fedbn has the highest average balanced accuracy"
+    assert reading in text and balanced in text
+    assert text.index(reading) < text.index("balanced_accuracy (%)") < text.index(balanced)
+
+
+def test_a_lower_is_better_metric_is_read_the_right_way() -> None:
+    text = read_table(table({"fedavg": 0.9, "fedbn": 0.4}), percent=False, metric="loss", lower_is_better=True)
+    assert text.startswith("On digits, fedbn has the lowest average loss over clients (0.400), 0.500 below fedavg")
+
+
+def test_the_best_two_are_compared_paired_over_seeds() -> None:
+    t = DatasetTable("digits", ["avg"], ["fraug", "fedbn"])
+    t.cells[("avg", "fraug")] = Cell(0.62, 0.02, 3, (0, 1, 2), values=(0.60, 0.62, 0.64))
+    t.cells[("avg", "fedbn")] = Cell(0.60, 0.02, 3, (0, 1, 2), values=(0.59, 0.60, 0.61))
+    text = read_table(t)
+    # differences 0.01, 0.02, 0.03: mean 2.0 points, std 1.0, t(0.975, 2) = 4.3027 -> +-2.48 points;
+    # t = 2 / (1 / sqrt 3) = 3.464 on 2 dof -> two-sided p = 0.0742 (scipy.stats.ttest_rel agrees)
+    assert "fraug − fedbn = +2.00 points (95% CI -0.48 to +4.48, paired t-test p = 0.0742, seeds 0, 1, 2)" in text
+    assert "the interval includes 0" in text

@@ -121,11 +121,15 @@ def test_group_by_name(make_run) -> None:
 def test_csv(runs, tmp_path: Path) -> None:
     path = to_csv(make_table(runs, "accuracy"), tmp_path / "out" / "t.csv")
     rows = list(csv.DictReader(path.open()))
-    assert list(rows[0]) == ["dataset", "metric", "client", "method", "source", "mean", "std", "n", "seeds", "best"]
+    assert list(rows[0]) == ["dataset", "metric", "client", "method", "source", "mean", "std", "n", "seeds", "best",
+                             "ci95_low", "ci95_high"]
     got = {(r["dataset"], r["client"], r["method"]): r for r in rows}
     r = got[("digits", "mnist", "fedavg")]
     assert float(r["mean"]) == pytest.approx(0.85) and float(r["std"]) == pytest.approx(0.05)
     assert (r["n"], r["seeds"], r["best"], r["source"]) == ("3", "0;1;2", "1", "run")
+    half = 4.302653 * 0.05 / 3 ** 0.5  # t(0.975, 2 dof) * std / sqrt(n), by hand
+    assert float(r["ci95_low"]) == pytest.approx(0.85 - half, abs=1e-6)
+    assert float(r["ci95_high"]) == pytest.approx(0.85 + half, abs=1e-6)
     assert got[("digits", "mnist", "fedbn")]["best"] == "0"
     assert got[("office", "amazon", "fedavg")]["std"] == ""
     assert len(rows) == 3 * 2 + 2

@@ -7,7 +7,7 @@ everything public is importable from `fedhet.config`.
 """
 
 from fedhet.config.experiment import ExperimentConfig
-from fedhet.config.loading import deep_merge, load_config, parse_overrides, set_path
+from fedhet.config.loading import deep_merge, flatten, load_config, parse_overrides, set_path
 from fedhet.config.novel import NOVEL_PARTS, NovelConfig
 from fedhet.config.sections import (
     LOCAL_OPTIMIZERS,
@@ -34,6 +34,7 @@ __all__ = [
     "ServerConfig",
     "TrainConfig",
     "deep_merge",
+    "flatten",
     "from_dict",
     "load_config",
     "parse_overrides",

@@ -12,6 +12,18 @@ from fedhet.errors import ConfigError
 from fedhet.yaml_input import load_yaml, read_text
 
 
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'train': {'lr': 0.1}} -> {'train.lr': 0.1}."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
 def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
     """Set tree['a']['b'] = value for dotted key 'a.b', creating mappings on the way."""
     keys = dotted.split(".")

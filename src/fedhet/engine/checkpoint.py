@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from fedhet.atomic import atomic_torch_save
-from fedhet.config import ExperimentConfig
+from fedhet.config import ExperimentConfig, flatten
 from fedhet.engine.safe_load import UntrustedFileError, load_trusted
 from fedhet.errors import CheckpointError
 
@@ -71,18 +71,6 @@ def _digest(relevant: dict[str, Any]) -> str:
 def fingerprint(config: dict[str, Any]) -> str:
     """A hash of every config value that influences the results (`rounds` excluded: a run may be extended)."""
     return _digest(relevant_config(config))
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{'train': {'lr': 0.1}} -> {'train.lr': 0.1}."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, f"{name}."))
-        else:
-            out[name] = value
-    return out
 
 
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

@@ -10,12 +10,14 @@ from typing import NamedTuple
 from fedhet.atomic import atomic_write_text
 from fedhet.outpaths import check_output_dir, write_failed
 from fedhet.report.cost import cost_section
+from fedhet.report.experiments import split_experiments, split_note
 from fedhet.report.novel import novel_section
 from fedhet.report.plot import plot_curves
 from fedhet.report.reading import read_table
 from fedhet.report.runs import RunRecord, load_runs
 from fedhet.report.setting import setting_section
-from fedhet.report.table import Reference, Table, make_table, to_csv, to_markdown
+from fedhet.report.stats import mean_ranks
+from fedhet.report.table import AVG, Reference, Table, make_table, to_csv, to_markdown
 from fedhet.report.tuning import tuning_section
 
 
@@ -70,16 +72,32 @@ def write_report(
 
 
 def _reading(table: Table) -> str:
-    """The plain-language sentence under each accuracy table (`report.reading`)."""
-    if table.metric != "accuracy":
-        return ""
-    lines = [f"**Reading.** {text}\n" for t in table.datasets if (text := read_table(t, table.percent))]
+    """The plain-language sentences under each metric's tables (`report.reading`)."""
+    lines = [f"**Reading ({table.metric}).** {text}\n" for t in table.datasets
+             if (text := read_table(t, table.percent, table.metric, table.lower_is_better))]
     return "\n" + "\n".join(lines) if lines else ""
+
+
+def leaderboard(table: Table) -> str:
+    """Across datasets: each method's mean rank on the client average of `table`'s metric ('' for one dataset)."""
+    if len(table.datasets) < 2:
+        return ""
+    scores = {t.dataset: {c: cell.mean for c in t.columns if (cell := t.cells.get((AVG, c))) is not None
+                          and not cell.reference} for t in table.datasets}
+    ranks = sorted(mean_ranks(scores, table.lower_is_better).items(), key=lambda item: item[1][0])
+    lines = ["## Across datasets\n",
+             f"Mean rank of each method on the client-average {table.metric} (1 = best; ties share a rank), over "
+             f"the {len(scores)} datasets; a method run on fewer datasets is ranked only where it ran.\n",
+             "| method | mean rank | datasets |", "|---|---|---|"]
+    lines += [f"| {method} | {rank:.2f} | {n} |" for method, (rank, n) in ranks]
+    return "\n".join(lines) + "\n"
 
 
 def _write(runs: Sequence[RunRecord], out: Path, metrics: Sequence[str], reference: Reference | None, by: str,
            reference_dataset: str | None) -> ReportPaths:
     out.mkdir(parents=True, exist_ok=True)
+    split = split_experiments(runs)
+    note, runs = split_note(runs, split), split
     tables = [
         make_table(runs, m, reference if i == 0 else None, by=by, reference_dataset=reference_dataset)
         for i, m in enumerate(metrics)
@@ -91,7 +109,9 @@ def _write(runs: Sequence[RunRecord], out: Path, metrics: Sequence[str], referen
         setting_section([r.config for r in runs]),
         f"{len(runs)} runs, {n_sets} (dataset, method) groups.\n",
         "## Final metrics\n",
+        note,
         *(to_markdown(t) + _reading(t) for t in tables),
+        leaderboard(tables[0]),
         cost_section(runs, by),
         novel_section(runs, by),
         tuning_section(runs, out),

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from fedhet.atomic import atomic_write_text
 from fedhet.errors import FedhetError
+from fedhet.report.experiments import split_experiments
 from fedhet.report.runs import RunRecord
+from fedhet.report.stats import t_interval
 
 AVG = "avg"
 LOWER_IS_BETTER = ("loss",)
@@ -46,6 +48,11 @@ class Cell:
     n: int
     seeds: tuple[int, ...] = ()
     reference: bool = False  # a value copied from a paper, not measured here
+    values: tuple[float, ...] = ()  # one per seed, in the order of `seeds`
+
+    @property
+    def by_seed(self) -> dict[int, float]:
+        return dict(zip(self.seeds, self.values, strict=True))
 
 
 @dataclass
@@ -102,7 +109,8 @@ def make_table(
     Cells hold the mean and the *sample* standard deviation (ddof=1, NaN when n=1) over the runs (seeds) of a
     group, with n. Rows are clients in order of first appearance, then "avg"; columns are methods in order of
     first appearance; a run's column is its variant label (`RunRecord.label`, the method name unless the
-    config set `label`). `by="name"` groups by the config's `name` instead of `method` (e.g. to tell apart
+    config set `label`), extended by the differing keys when runs of one label are not seeds of one experiment
+    (`split_experiments`). `by="name"` groups by the config's `name` instead of `method` (e.g. to tell apart
     variants of one method). `reference` adds published numbers: {client: {method: (mean, std) or mean}},
     given as printed in papers (i.e. in % for accuracy metrics); each becomes a column "<method> (paper)"
     next to the measured one and takes part in no "best" comparison. It is added to every dataset's table, or
@@ -112,6 +120,7 @@ def make_table(
         raise FedhetError(f"make_table: by must be 'method' or 'name', got {by!r}")
     if not runs:
         raise FedhetError("make_table: no runs given")
+    runs = split_experiments(runs)
     groups: dict[str, dict[str, list[RunRecord]]] = {}
     for run in runs:
         label = run.label if by == "method" else (run.name or run.label)
@@ -147,7 +156,8 @@ def _measured_cells(dataset: str, methods: dict[str, list[RunRecord]], rows: lis
             have = [(s, v) for s, v in have if not math.isnan(v)]
             if have:
                 mean, std = mean_std([v for _, v in have])
-                cells[(client, method)] = Cell(mean, std, len(have), tuple(s for s, _ in have))
+                cells[(client, method)] = Cell(mean, std, len(have), tuple(s for s, _ in have),
+                                               values=tuple(v for _, v in have))
     return cells
 
 
@@ -203,6 +213,8 @@ def to_markdown(table: Table, digits: int = 2) -> str:
             label = f"**{row}**" if row == AVG else row
             out.append(f"| {label} | " + " | ".join(texts) + " |")
         out.append("")
+        if ci := ci_line(t, table.percent, digits):
+            out.append(ci)
     direction = "lowest" if table.lower_is_better else "highest"
     out.append(
         f"Cells: mean ± sample std (ddof=1) of the final {table.metric} over seeds; n = number of seeds. "
@@ -211,7 +223,8 @@ def to_markdown(table: Table, digits: int = 2) -> str:
     return "\n".join(out)
 
 
-CSV_HEADER = ("dataset", "metric", "client", "method", "source", "mean", "std", "n", "seeds", "best")
+CSV_HEADER = ("dataset", "metric", "client", "method", "source", "mean", "std", "n", "seeds", "best", "ci95_low",
+              "ci95_high")
 
 
 def table_rows(table: Table) -> list[list[object]]:
@@ -236,9 +249,30 @@ def table_rows(table: Table) -> list[list[object]]:
                         cell.n,
                         ";".join(map(str, cell.seeds)),
                         int(col in best),
+                        *_ci_fields(cell),
                     ]
                 )
     return rows
+
+
+def _ci_fields(cell: Cell) -> list[str]:
+    """The t-interval's bounds for the CSV; empty when undefined (n < 2, or a paper value)."""
+    low, high = t_interval(cell.mean, cell.std, cell.n)
+    return ["", ""] if cell.reference or math.isnan(low) else [repr(low), repr(high)]
+
+
+def ci_line(table: DatasetTable, percent: bool, digits: int = 2) -> str:
+    """'95% CI of the client average (t over seeds): fedavg 61.20 to 66.10; ...' ('' with one seed each)."""
+    s = 100.0 if percent else 1.0
+    parts = []
+    for col in table.columns:
+        cell = table.cells.get((AVG, col))
+        if cell is None or cell.reference:
+            continue
+        low, high = t_interval(cell.mean, cell.std, cell.n)
+        if not math.isnan(low):
+            parts.append(f"{col} {low * s:.{digits}f} to {high * s:.{digits}f}")
+    return f"95% CI of the client average (Student t over seeds): {'; '.join(parts)}.\n" if parts else ""
 
 
 def to_csv(table: Table | Sequence[Table], path: str | os.PathLike[str]) -> Path:

@@ -20,9 +20,9 @@ import dataclasses
 import json
 from typing import Any
 
+from fedhet.config import flatten as dotted
 from fedhet.config import load_config
 from fedhet.config.loading import set_path
-from fedhet.engine.checkpoint import flatten as dotted
 from fedhet.errors import ConfigError
 from fedhet.yaml_input import load_yaml
 
