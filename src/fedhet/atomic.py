@@ -1,4 +1,5 @@
-"""Atomic file writes: write to a temporary file in the same folder, fsync, then rename over the target.
+"""Atomic file writes: write to a temporary file in the same folder, fsync, then rename over the target; and
+the strict JSON every results file is written in.
 
 The temporary file gets the mode a plain `open(path, "w")` would give (0o666 minus the umask), not mkstemp's
 private 0o600, so results are readable by whoever the user's umask allows.
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -59,6 +62,22 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Replace `path` with UTF-8 `text` atomically."""
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def strict_json(obj: Any, indent: int | None = None) -> str:
+    """JSON any parser reads: NaN and +-inf, which `json.dumps` writes as bare `NaN` / `Infinity` (not JSON),
+    become null; readers take a null metric as missing (fedhet.report reads it as NaN)."""
+    return json.dumps(_finite(obj), indent=indent, allow_nan=False)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> Path:

@@ -18,7 +18,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from fedhet.atomic import atomic_write_text
+from fedhet.atomic import atomic_write_text, strict_json
 from fedhet.config import NovelConfig
 from fedhet.core.contract import LocalPass, NovelModel, OptimSpec, minimize
 from fedhet.core.seeding import numpy_rng, seeded
@@ -129,6 +129,6 @@ def adapt_novel(exp: Experiment, server: Any, run_dir: Path, progress: bool = Tr
     path = run_dir / NOVEL_FILE
     existing = json.loads(path.read_text()) if path.is_file() else {}
     key = part if cfg.lr is None else f"{part}@lr={cfg.lr:g}"  # another lr adds an entry, keeps the default's
-    atomic_write_text(path, json.dumps({**existing, key: result}, indent=1))
+    atomic_write_text(path, strict_json({**existing, key: result}, indent=1))
     return result
 

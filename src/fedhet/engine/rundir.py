@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import math
 import os
 import shutil
@@ -20,7 +19,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from fedhet.atomic import atomic_write_text
+from fedhet.atomic import atomic_write_text, strict_json
 from fedhet.errors import FedhetError
 
 METRIC_KEYS = ("accuracy", "balanced_accuracy", "loss")
@@ -98,11 +97,11 @@ class RunDirectory:
     def write_metrics(self, rows: list[dict[str, Any]]) -> None:
         """Replace metrics.jsonl with `rows` (the checkpoint holds the same rows, so this file can always be
         rebuilt from it)."""
-        text = "".join(json.dumps(r) + "\n" for r in rows)
+        text = "".join(strict_json(r) + "\n" for r in rows)
         _guard(self.metrics_path, lambda: atomic_write_text(self.metrics_path, text))
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        _guard(self.summary_path, lambda: atomic_write_text(self.summary_path, json.dumps(summary, indent=2)))
+        _guard(self.summary_path, lambda: atomic_write_text(self.summary_path, strict_json(summary, indent=2)))
 
     def clear(self) -> None:
         """Remove what fedhet wrote here (for --overwrite); other files are left alone."""

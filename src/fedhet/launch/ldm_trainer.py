@@ -9,7 +9,6 @@ everything from `torch_generator(seed, "ldm-<stage>", s)`; the networks are init
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from fedhet.atomic import atomic_torch_save, atomic_write_text
+from fedhet.atomic import atomic_torch_save, atomic_write_text, strict_json
 from fedhet.core.seeding import seeded, torch_generator
 from fedhet.errors import FedhetError
 from fedhet.models.ldm.checkpoint import minilm_text_encoder, save_components
@@ -200,5 +199,5 @@ class LDMTrainer:
             write_sample_grid(parts, self.cfg.template, self.pool.sources, self.cfg.samples, folder / "samples.png",
                               self.cfg.seed)
             meta["samples"] = "samples.png"
-        atomic_write_text(folder / meta_file, json.dumps(meta, indent=2))
+        atomic_write_text(folder / meta_file, strict_json(meta, indent=2))
         return meta

@@ -28,7 +28,7 @@ from torch import nn
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from fedhet.atomic import atomic_write_text
+from fedhet.atomic import atomic_write_text, strict_json
 from fedhet.config import load_config
 from fedhet.core.seeding import EVALUATE, client_stream, seeded
 from fedhet.data import ClientData
@@ -122,7 +122,7 @@ def write_privacy(path: Path, result: dict[str, Any]) -> None:
     file = path / PRIVACY_FILE
     existing = json.loads(file.read_text()) if file.is_file() else {}
     key = f"{result['members']}_vs_{result['nonmembers']}"
-    atomic_write_text(file, json.dumps({**existing, key: result}, indent=1))
+    atomic_write_text(file, strict_json({**existing, key: result}, indent=1))
 
 
 def evaluate_run(run_dir: str | Path, members: str = "train", nonmembers: str = "test", progress: bool = True,

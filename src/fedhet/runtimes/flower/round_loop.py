@@ -4,7 +4,6 @@ stop after a failed round (checkpoint of the last completed round, `stopped.json
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -13,7 +12,7 @@ from typing import Any
 
 from flwr.serverapp import Grid
 
-from fedhet.atomic import atomic_write_text
+from fedhet.atomic import atomic_write_text, strict_json
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.loop import RoundLoop, RunResult
 from fedhet.engine.signals import StopSignals
@@ -54,7 +53,7 @@ class FlowerRoundLoop(RoundLoop):
     def _log_fault(self, row: dict[str, Any]) -> None:
         self.dir.path.mkdir(parents=True, exist_ok=True)
         with open(self.dir.path / FAULTS_FILE, "a") as fh:
-            fh.write(json.dumps(row) + "\n")
+            fh.write(strict_json(row) + "\n")
 
     def run(self, stop_after: int | None = None) -> RunResult:
         stopped = self.dir.path / STOPPED_FILE
@@ -63,7 +62,7 @@ class FlowerRoundLoop(RoundLoop):
         except RoundFailed as err:  # RoundLoop.run has returned to the last completed round and checkpointed it
             message = (f"{err} Stopped; the checkpoint of round {self.round} is {self.dir.latest_checkpoint}. "
                        "Bring the clients back (or lower the minimum) and continue with --resume.")
-            atomic_write_text(stopped, json.dumps({"round": self.round, "error": message}, indent=2))
+            atomic_write_text(stopped, strict_json({"round": self.round, "error": message}, indent=2))
             log.error("%s", message)
             raise RoundFailed(message) from None
         stopped.unlink(missing_ok=True)
