@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import traceback
 
@@ -28,9 +29,11 @@ def _first_line(text: str) -> str:
 
 
 def _fail(message: str, verbose: bool, code: int) -> int:
-    """Print the traceback (with -v) and one line "error: ..." to stderr; return the exit code."""
+    """Print the traceback (with -v) and one line "error: ..." to stderr; return the exit code. A path's repr
+    inside the message (`PosixPath('runs/x')`, from a library's exception text) is shown as the path."""
     if verbose:
         traceback.print_exc()
+    message = re.sub(r"(?:Posix|Windows)?Path\(('[^']*'|\"[^\"]*\")\)", r"\1", message)
     print(f"error: {message}", file=sys.stderr)
     return code
 

@@ -11,9 +11,14 @@ DEBUG_FLAGS = ("-v", "--verbose", "--debug")
 
 
 def config_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[str]]:
-    """The optional CONFIG positional may be omitted: a first positional with '=' is an override."""
+    """The optional CONFIG positional may be omitted: a first positional with '=' is an override. Neither a
+    config nor an override is a UsageError: a bare command would silently train fedhet's 50-round defaults."""
     if args.config is not None and "=" in args.config:
         return None, [args.config, *args.overrides]
+    if args.config is None and not args.overrides:
+        prog = f"fedhet {args.command}" + (f" {args.action}" if getattr(args, "action", None) else "")
+        raise UsageError(f"{prog} needs a config file, e.g. `{prog} configs/quickstart.yaml` (the examples are in "
+                         f"configs/), or key=value overrides of the built-in defaults (`{prog} method=fedbn`)")
     return args.config, list(args.overrides)
 
 

@@ -119,8 +119,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_output_dir(out, "--report-dir" if args.report_dir else "the sweep's report folder")
     run_dirs = run_sweep(plan, progress=not args.quiet)
     paths = write_report(run_dirs, out)
-    print(paths.markdown.read_text())
-    print(f"report: {out}")
+    print(paths.summary, end="")
+    print(f"report (tables per client, curves, runs): {paths.markdown}")
     return 0
 
 
@@ -145,8 +145,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     check_output_dir(Path(args.out), "--out")
     paths = write_report([Path(p) for p in args.run_dirs], Path(args.out), reference=_load_reference(args.reference))
-    print(paths.markdown.read_text())
-    print(f"report: {args.out}")
+    print(paths.summary, end="")
+    print(f"report (tables per client, curves, runs): {paths.markdown}")
     return 0
 
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="fedhet", description="Federated learning under data heterogeneity.")
+    parser.add_argument("--version", action="version", version=f"fedhet {_version()}")
     parser.add_argument(*DEBUG_FLAGS, dest="verbose", action="store_true",
                         help="debug logging, and the traceback of any error")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -42,6 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument(*DEBUG_FLAGS, dest="verbose", action="store_true", default=argparse.SUPPRESS,
                              help="debug logging, and the traceback of any error")
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fedhet")
+    except PackageNotFoundError:  # run from a source tree that was not installed
+        return "(not installed)"
 
 
 def _add_run(sub: Subparsers) -> None:
@@ -133,30 +143,38 @@ def _add_pretrain(sub: Subparsers) -> None:
 
 
 def _add_flower(sub: Subparsers) -> None:
-    """`fedhet flower simulate | deploy | app | worker`."""
+    """`fedhet flower simulate | deploy | app | worker`, its options grouped by the action they serve."""
     flower = sub.add_parser("flower", help="run on Flower: simulate | deploy (local SuperLink + SuperNodes) | app | "
-                                           "worker (a SuperNode's long-lived fedhet worker)")
+                                           "worker (a SuperNode's long-lived fedhet worker)",
+                            description="simulate: Flower's simulation engine; deploy: a local SuperLink + one "
+                                        "SuperNode per client; app: write a Flower App folder for `flwr run`; "
+                                        "worker: a SuperNode's long-lived fedhet worker (docs/flower.md)")
     flower.add_argument("action", choices=["simulate", "deploy", "app", "worker"])
     flower.add_argument("config", nargs="?")
     flower.add_argument("overrides", nargs="*")
-    flower.add_argument("--run-dir", default=None, help="where the ServerApp writes results (default: runs/NAME/...)")
-    flower.add_argument("--workdir", default=None, help="deploy: Flower logs and FLWR_HOME; app: the App folder")
-    flower.add_argument("--port", type=int, default=None, help="deploy: SuperLink port (default: a free one)")
-    flower.add_argument("--num-cpus", type=int, default=None, help="simulate: CPUs given to Ray")
-    flower.add_argument("--cpus-per-client", type=float, default=1.0,
-                        help="simulate: CPUs reserved per ClientApp actor (actors = num-cpus / this)")
-    flower.add_argument("--resume", action="store_true", help="simulate / deploy: continue from the run's checkpoint")
-    flower.add_argument("--stop-after", type=int, default=None, help="stop (with a checkpoint) after this round")
-    flower.add_argument("--tls-dir", default=None,
-                        help="deploy: TLS with DIR/ca.crt, server.pem, server.key (self-signed ones are written "
-                             "for 127.0.0.1 if DIR has none)")
-    flower.add_argument("--no-workers", action="store_true",
-                        help="deploy: no fedhet worker beside each SuperNode (every ClientApp process imports "
-                             "torch and builds the experiment itself; slower)")
-    flower.add_argument("--supernode-auth", action="store_true",
-                        help="deploy: SuperNode authentication (a registered key pair per node; needs --tls-dir)")
-    flower.add_argument("--socket", default=None, help="worker: the Unix socket to serve on")
-    flower.add_argument("-q", "--quiet", action="store_true")
+    both = flower.add_argument_group("simulate and deploy")
+    both.add_argument("--run-dir", default=None, help="where the ServerApp writes results (default: runs/NAME/...)")
+    both.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
+    both.add_argument("--stop-after", type=int, default=None, help="stop (with a checkpoint) after this round")
+    both.add_argument("-q", "--quiet", action="store_true")
+    sim = flower.add_argument_group("simulate")
+    sim.add_argument("--num-cpus", type=int, default=None, help="CPUs given to Ray")
+    sim.add_argument("--cpus-per-client", type=float, default=1.0,
+                     help="CPUs reserved per ClientApp actor (actors = num-cpus / this)")
+    folder = flower.add_argument_group("deploy and app")
+    folder.add_argument("--workdir", default=None, help="deploy: Flower logs and FLWR_HOME; app: the App folder")
+    deploy = flower.add_argument_group("deploy")
+    deploy.add_argument("--port", type=int, default=None, help="SuperLink port (default: a free one)")
+    deploy.add_argument("--tls-dir", default=None,
+                        help="TLS with DIR/ca.crt, server.pem, server.key (self-signed ones are written for "
+                             "127.0.0.1 if DIR has none)")
+    deploy.add_argument("--no-workers", action="store_true",
+                        help="no fedhet worker beside each SuperNode (every ClientApp process imports torch and "
+                             "builds the experiment itself; slower)")
+    deploy.add_argument("--supernode-auth", action="store_true",
+                        help="SuperNode authentication (a registered key pair per node; needs --tls-dir)")
+    worker = flower.add_argument_group("worker")
+    worker.add_argument("--socket", default=None, help="the Unix socket to serve on")
     flower.set_defaults(func=cmd_flower)
 
 

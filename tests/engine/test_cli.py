@@ -51,3 +51,37 @@ def test_csv_lists() -> None:
     for bad in ("", "0,,1", "0,x", "1,1"):
         with pytest.raises(UsageError, match="--seeds"):
             csv_list(bad, "--seeds", int)
+
+
+def test_version(capsys) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("fedhet ")
+
+
+@pytest.mark.parametrize("command", [["run"], ["tune"], ["flower", "simulate"]])
+def test_a_bare_command_is_an_error_not_a_default_run(command, capsys) -> None:
+    assert main([*command, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"fedhet {' '.join(command)} needs a config file" in err and "configs/quickstart.yaml" in err
+
+
+def test_report_prints_a_short_summary_not_the_markdown(tmp_path, capsys) -> None:
+    args = ["run", "--quiet", "--run-dir", str(tmp_path / "r"), "data.dataset=offline_digits",
+            "model.name=small_cnn", "model.args={width: 8}", "rounds=1", "train.local_steps=1",
+            "data.max_test_per_client=20"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "r"), "--out", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("offline_digits: client-average accuracy (%)") and "fedavg" in out
+    assert "|---" not in out and "report (tables per client, curves, runs):" in out
+
+
+def test_no_path_reprs_in_messages(capsys) -> None:
+    from pathlib import Path
+
+    from fedhet.cli import _fail
+
+    assert _fail(f"cannot read {Path('runs/x')!r} or {Path('a b')!r}", False, 2) == 2
+    assert capsys.readouterr().err == "error: cannot read 'runs/x' or 'a b'\n"

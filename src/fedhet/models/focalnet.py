@@ -71,7 +71,7 @@ def _load_checkpoint(focalnet: Any, net: nn.Module, path: str) -> None:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise FedhetError(f"model 'focalnet': cannot read checkpoint {path!r} ({e}); give a local timm or "
+        raise FedhetError(f"model 'focalnet': cannot read checkpoint '{path}' ({e}); give a local timm or "
                           "microsoft/FocalNet state dict (fedhet downloads no weights)") from e
     state = focalnet.checkpoint_filter_fn(state, net)
     state = {k: v for k, v in state.items() if not k.startswith("head.")}
@@ -79,10 +79,10 @@ def _load_checkpoint(focalnet: Any, net: nn.Module, path: str) -> None:
         missing, unexpected = net.load_state_dict(state, strict=False)
     except RuntimeError as e:
         first = str(e).strip().splitlines()[-1].strip()
-        raise FedhetError(f"model 'focalnet': checkpoint {path!r} does not fit this configuration ({first}); "
+        raise FedhetError(f"model 'focalnet': checkpoint '{path}' does not fit this configuration ({first}); "
                           "set embed_dim, depths, focal_level, focal_window, patch_size to the checkpoint's") from e
     if missing or unexpected:
-        raise FedhetError(f"model 'focalnet': checkpoint {path!r} does not fit this configuration (missing "
+        raise FedhetError(f"model 'focalnet': checkpoint '{path}' does not fit this configuration (missing "
                           f"{list(missing)[:3]}, unexpected {list(unexpected)[:3]}); match its depths/embed_dim")
 
 

@@ -28,7 +28,7 @@ def _load_checkpoint(net: nn.Module, path: str) -> None:
         state = {k: v for k, v in state.items() if not k.startswith("head.")}
         net.load_state_dict(state, strict=True)
     except Exception as e:
-        raise FedhetError(f"model 'vit': checkpoint {path!r} cannot be loaded into this configuration ({e}); give "
+        raise FedhetError(f"model 'vit': checkpoint '{path}' cannot be loaded into this configuration ({e}); give "
                           "a local timm VisionTransformer state dict with the same patch_size, embed_dim, depth, "
                           "num_heads and qkv_bias") from e
 

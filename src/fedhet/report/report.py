@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -17,16 +18,17 @@ from fedhet.report.reading import read_table
 from fedhet.report.runs import RunRecord, load_runs
 from fedhet.report.setting import setting_section
 from fedhet.report.stats import mean_ranks
-from fedhet.report.table import AVG, Reference, Table, make_table, to_csv, to_markdown
+from fedhet.report.table import AVG, Reference, Table, format_cell, make_table, to_csv, to_markdown
 from fedhet.report.tuning import tuning_section
 
 
 class ReportPaths(NamedTuple):
-    """The files `write_report` wrote."""
+    """The files `write_report` wrote, and the short summary a terminal shows instead of the Markdown."""
 
     markdown: Path
     csv: Path
     curves: Path
+    summary: str = ""
 
 
 def _runs_section(runs: Sequence[RunRecord], out_dir: Path) -> str:
@@ -122,4 +124,19 @@ def _write(runs: Sequence[RunRecord], out: Path, metrics: Sequence[str], referen
     ]
     markdown = atomic_write_text(out / "report.md", "\n".join(md))
     csv_path = to_csv(tables, out / "report.csv")
-    return ReportPaths(markdown, csv_path, curves)
+    return ReportPaths(markdown, csv_path, curves, terminal_summary(tables[0]) + note)
+
+
+def terminal_summary(table: Table) -> str:
+    """Per dataset: the client average of `table`'s metric per method, best first, and the reading."""
+    lines = []
+    for t in table.datasets:
+        unit = " (%)" if table.percent else ""
+        lines.append(f"{t.dataset}: client-average {table.metric}{unit}, mean ± std over seeds")
+        cells = [(c, cell) for c in t.columns if (cell := t.cells.get((AVG, c))) is not None and not cell.reference]
+        cells.sort(key=lambda item: item[1].mean, reverse=not table.lower_is_better)
+        width = max((len(c) for c, _ in cells), default=0)
+        lines += [f"  {c:<{width}}  {format_cell(cell, table.percent)}  (n={cell.n})" for c, cell in cells]
+        if text := read_table(t, table.percent, table.metric, table.lower_is_better):
+            lines.append(textwrap.fill(text, 110, initial_indent="  ", subsequent_indent="  "))
+    return "\n".join(lines) + "\n"
