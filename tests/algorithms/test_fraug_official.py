@@ -8,6 +8,7 @@ the label-balanced rotation of the fake labels (generator included), and one off
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from typing import Any
 
@@ -61,7 +62,8 @@ def test_presets_and_their_precedence() -> None:
     pacs = from_dict(FRAug.Params, {"preset": "official-pacs", "eta_m": 0.01}, "method_args")
     assert (pacs.alpha, pacs.beta, pacs.eta_g, pacs.eta_m, pacs.gen_distance, pacs.rt_distance) == (
         10.0, 1.0, 0.05, 0.01, "mmd_multi", "l2")
-    assert dataclass_replace_keeps(pacs)
+    replaced = dataclasses.replace(pacs, beta=3.0)  # with_hparams: every field given, the preset not re-applied
+    assert (replaced.alpha, replaced.beta, replaced.eta_m) == (10.0, 3.0, 0.01)
     with pytest.raises(ConfigError, match="preset must be one of"):
         FRAug.Params(preset="authors")
     with pytest.raises(ConfigError, match="gen_distance must be one of"):
@@ -70,12 +72,6 @@ def test_presets_and_their_precedence() -> None:
         FRAug.Params(b_syn=1).validate()
     with pytest.raises(ConfigError, match="syn_mix_rate must be >= 0"):
         FRAug.Params(syn_mix_rate=-1.0).validate()
-
-
-def dataclass_replace_keeps(p: Any) -> bool:
-    """dataclasses.replace (with_hparams) passes every field: the preset must not overwrite them again."""
-    import dataclasses
-    return dataclasses.replace(p, beta=3.0).alpha == p.alpha and dataclasses.replace(p, beta=3.0).beta == 3.0
 
 
 def test_mean_cov_distance_by_hand() -> None:
@@ -235,3 +231,17 @@ def test_features_eval_uses_running_statistics_and_restores_train_mode() -> None
     assert model.training and all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
     model.eval()
     assert torch.allclose(u, model.features(x))
+
+
+def test_stage1_runs_g_and_m_in_eval_mode() -> None:
+    """Official stage 1 (user_FRAug.py:137-138): g and m on their running statistics, which it leaves alone;
+    `aux_eval: false` (paper preset) uses batch statistics and moves them."""
+    for aux_eval in (True, False):
+        alg = make(aux_eval=aux_eval)
+        work = alg.start(Message(arrays=alg.init_server().model), alg.init_client(0), ctx())
+        assert work.gen is not None and work.rt is not None
+        before = [b.clone() for net in (work.gen, work.rt) for b in net.buffers()]
+        alg.augment(work, torch.randn(8, 3), torch.arange(8) % 2)
+        after = [b for net in (work.gen, work.rt) for b in net.buffers()]
+        assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True)) == aux_eval
+        assert work.gen.training and work.rt.training

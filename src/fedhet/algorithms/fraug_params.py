@@ -41,7 +41,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 @dataclass(init=False)
 class FRAugParams:
-    """Defaults = `preset: official` (official code, Digits: main.py:75-99, user_FRAug.py, server_base.py)."""
+    """Defaults = `preset: official`, the official code's Digits setting (HaokunChen245/FRAug main.py:75-99);
+    presets `official-pacs`, `official-officehome`, `paper` (fedhet's reading of the paper, the default before
+    issue 37). Keys given in method_args override the preset's values (docs/fraug.md)."""
 
     preset: str = "official"
     z_dim: int = 256
