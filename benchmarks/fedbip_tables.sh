@@ -10,6 +10,8 @@
 #              behaviour (start_latent=upload: every copy restarts from one z(T))
 #   ablation_fresh  issue 37: Table 3's rows with z(T) (zt_only, all_no_perturb, all) with start_latent=fresh into
 #              runs/fedbip_ablation_fresh (the rows without z(T) do not depend on it)
+#   baselines  issue 37: Table 1's one-shot baselines FedD3 and FGL (BASELINES, default fedd3,fgl) into
+#              runs/fedbip_digits
 #   label      Table 2: Fashion-MNIST, 5 clients, IID / Dirichlet 0.5 / Dirichlet 0.01 (configs/fedbip/label_shift.yaml)
 #   privacy    Table 4: `fedhet privacy` (loss / entropy gaps) on FedBiP-L, FedAvg and Central of every table
 #   reports    `fedhet report` per run name, the MIA and size tables and the real-vs-generated grids
@@ -51,10 +53,16 @@ if [[ $what == all || $what == ablation ]]; then
   $FEDHET sweep configs/fedbip/ablation.yaml --seeds "$ABLATION_SEEDS" -q
   save runs/fedbip_ablation
 fi
-if [[ $what == fresh ]]; then
-  $FEDHET sweep configs/fedbip/feature_shift.yaml name=fedbip_digits_fresh method_args.start_latent=fresh \
-    --methods "${FRESH_METHODS:-fedbip_l,fedbip_m,fedbip_s,fedbip_x1,fedbip_x3}" --seeds "$SEEDS" -q
-  save runs/fedbip_digits_fresh
+if [[ $what == baselines ]]; then
+  $FEDHET sweep configs/fedbip/feature_shift.yaml --methods "${BASELINES:-fedd3,fgl}" --seeds "$SEEDS" -q
+  save runs/fedbip_digits
+fi
+if [[ $what == fresh ]]; then  # seed after seed, so each seed's size sweep is complete before the next starts
+  for seed in ${SEEDS//,/ }; do
+    $FEDHET sweep configs/fedbip/feature_shift.yaml name=fedbip_digits_fresh method_args.start_latent=fresh \
+      --methods "${FRESH_METHODS:-fedbip_l,fedbip_m,fedbip_s,fedbip_x1,fedbip_x3}" --seeds "$seed" -q
+    save runs/fedbip_digits_fresh
+  done
 fi
 if [[ $what == ablation_fresh ]]; then
   $FEDHET sweep configs/fedbip/ablation.yaml name=fedbip_ablation_fresh method_args.start_latent=fresh \
