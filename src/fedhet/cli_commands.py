@@ -155,8 +155,15 @@ def cmd_data(args: argparse.Namespace) -> int:
     from fedhet.data import build_federated_data, dataset_info, list_datasets
 
     if args.action == "list":
+        import os
+
+        from fedhet.data.presence import presence
+        from fedhet.data.registry import get_spec
+
+        root = Path(os.environ["FEDHET_DATA"]).expanduser() if os.environ.get("FEDHET_DATA") else None
+        print(f"data root: {root or 'not set (FEDHET_DATA or data.root)'}\n")
         for name in list_datasets():
-            print(f"{dataset_info(name)}\n")
+            print(f"{dataset_info(name)}\non this machine: {presence(get_spec(name), root)}\n")
         return 0
     if args.plot:
         from fedhet.outpaths import check_plot_file
@@ -166,9 +173,9 @@ def cmd_data(args: argparse.Namespace) -> int:
     data = build_federated_data(cfg.data, cfg.seed)
     print(data.describe())
     if args.plot:
-        from fedhet.data.show import plot_partition
+        from fedhet.data.show import partition_label, plot_partition
 
-        print(f"plot: {plot_partition(data, Path(args.plot))}")
+        print(f"plot: {plot_partition(data, Path(args.plot), label=partition_label(cfg.data, cfg.seed))}")
     return 0
 
 

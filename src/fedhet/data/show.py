@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedhet.config.sections import DataConfig
 from fedhet.outpaths import check_plot_file, write_failed
 
 if TYPE_CHECKING:
@@ -59,8 +60,26 @@ def describe(fed: FederatedData) -> str:
     return "\n".join(lines)
 
 
-def plot_partition(fed: FederatedData, path: str | Path, split: str = "train") -> Path:
-    """Write a PNG with one stacked bar of class counts per client; returns the path."""
+PARTITION_KEYS = {"domain": ("clients_per_domain",), "dirichlet": ("num_clients", "alpha"),
+                  "pathological": ("num_clients", "classes_per_client"),
+                  "pathological_uniform": ("num_clients", "classes_per_client", "pathological_low",
+                                           "pathological_high"),
+                  "pachinko": ("num_clients", "pachinko_alpha", "pachinko_beta"),
+                  "quantity": ("num_clients", "quantity_alpha"), "iid": ("num_clients",)}
+SIZE_KEYS = ("fraction", "max_train_per_client", "val_fraction", "max_test_per_client")
+
+
+def partition_label(data: DataConfig, seed: int) -> str:
+    """The partition and the parameters that shape it, e.g. "dirichlet (num_clients=10, alpha=0.1), seed 0"."""
+    defaults = DataConfig()
+    keys = [*PARTITION_KEYS.get(data.partition, ()),
+            *(k for k in SIZE_KEYS if getattr(data, k) != getattr(defaults, k))]
+    return f"{data.partition} ({', '.join(f'{k}={getattr(data, k)}' for k in keys)}), seed {seed}"
+
+
+def plot_partition(fed: FederatedData, path: str | Path, split: str = "train", label: str | None = None) -> Path:
+    """Write a PNG with one stacked bar of class counts per client; returns the path. `label` (default: the
+    partition's name) names the partition's parameters in the title (`partition_label`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -75,7 +94,7 @@ def plot_partition(fed: FederatedData, path: str | Path, split: str = "train") -
         ax.bar(names, counts[:, k], bottom=bottom, color=cmap(k % cmap.N), label=fed.classes[k])
         bottom += counts[:, k]
     ax.set_ylabel(f"#{split} samples")
-    title = f"{fed.dataset}: {fed.partition} partition"
+    title = f"{fed.dataset}: {label or fed.partition + ' partition'}"
     if fed.generated_domains:
         title += f" (generated: {', '.join(fed.generated_domains)})"
     ax.set_title(title, fontsize=9)
