@@ -6,7 +6,6 @@ Heavy modules (torch, the engine, Flower) are imported inside the handlers, so `
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -192,12 +191,20 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
-    from fedhet.algorithms import ALGORITHMS
+    """Every built-in method with its whole description and what it needs; read without importing torch."""
+    import textwrap
 
-    for name in ALGORITHMS.names():
-        cls = ALGORITHMS.get(name)
-        doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()[0]
-        print(f"{name:<14} {doc}")
+    from fedhet.method_catalog import TUNERS, method_catalog
+
+    for e in method_catalog():
+        kind = "one-shot" if e.one_shot else "centralized oracle" if e.centralized else \
+            "personalized (each client deploys its own model)" if e.personalized else "one global model"
+        runtimes = "in-process" if e.centralized else "in-process, Flower; batched where its rule allows"
+        print(textwrap.fill(e.summary, 110, initial_indent=f"{e.name:<11} ", subsequent_indent=" " * 12))
+        print(f"{'':<11} {kind}; runtimes: {runtimes}" + (f"; needs: {e.requires}" if e.requires else ""))
+    print(textwrap.fill(f"tuners: {TUNERS}", 110, subsequent_indent=" " * 12))
+    print("Batched: run.runtime=batched checks at start whether a method vectorizes and refuses it by name "
+          "otherwise (docs/runtimes_batched.md lists which do). Plug-in methods (imports:) are not listed here.")
     return 0
 
 

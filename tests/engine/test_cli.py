@@ -85,3 +85,30 @@ def test_no_path_reprs_in_messages(capsys) -> None:
 
     assert _fail(f"cannot read {Path('runs/x')!r} or {Path('a b')!r}", False, 2) == 2
     assert capsys.readouterr().err == "error: cannot read 'runs/x' or 'a b'\n"
+
+
+def test_the_method_catalog_agrees_with_the_registry() -> None:
+    from fedhet.algorithms import ALGORITHMS
+    from fedhet.method_catalog import method_catalog
+
+    catalog = {e.name: e for e in method_catalog()}
+    assert sorted(catalog) == sorted(ALGORITHMS.names())
+    for name, entry in catalog.items():
+        cls = ALGORITHMS.get(name)
+        assert (entry.personalized, entry.one_shot, entry.centralized) == (
+            cls.personalized, cls.one_shot, cls.centralized), name
+        assert entry.requires == getattr(cls, "requires", ""), name
+        assert entry.summary, f"{name}: its module has no docstring"
+
+
+def test_methods_lists_whole_descriptions_and_the_tuners(capsys) -> None:
+    import subprocess
+    import sys
+
+    assert main(["methods"]) == 0
+    out = capsys.readouterr().out
+    assert "ditto_mmd" in out and "fedbip" in out and "one-shot" in out and "fedhet tune" in out
+    assert "(Algorithm 1)" in out  # FedAvg's description is not cut at its first line
+    probe = "import sys, fedhet.cli; fedhet.cli.main(['methods']); print(sorted(m for m in sys.modules if 'torch' in m))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.rstrip().endswith("[]"), "fedhet methods imported torch"

@@ -73,6 +73,7 @@ class Algorithm(Generic[S, C, W]):
     personalized: ClassVar[bool] = False  # clients deploy their own model (evaluated per client)
     centralized: ClassVar[bool] = False  # trains on the union of the clients' data: engine/experiment.arrange
     one_shot: ClassVar[bool] = False  # one round only (FedBiP): build_experiment refuses rounds != 1
+    requires: ClassVar[str] = ""  # what a user installs or runs first (an extra, a pretraining step): `fedhet methods`
     # what the method needs of model and data: "any"; "vision-language" (a transformer over (image, question)
     # data); "focal-modulation" (a FocalNet backbone); "latent-diffusion" (image data and a diffusers LDM)
     modality: ClassVar[str] = "any"
