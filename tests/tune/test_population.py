@@ -267,7 +267,7 @@ def test_last_weighted_scores_a_member_by_its_last_rounds_validation_size_weight
     member = pop.members[0]
     replies = [Reply(cid, Message(scalars={CHECK_LOSS: loss, "check_accuracy": 0.5}), 10)
                for cid, loss in ((0, 1.0), (1, 3.0))]
-    pop.after_training(member, 1, [0, 1], replies)
+    pop.after_training(member, 1, replies)
     assert member.history == [2.0] and member.weighted_last == pytest.approx((1 * 1.0 + 3 * 3.0) / 4)
     assert member_scores(pop.tune, pop.t_g, [member]) == [member.weighted_last]
     pop.tune.score = "last"

@@ -23,6 +23,10 @@ L_SCORES = ("discounted", "round")
 SPLITS = ("official", "rank", "quantile")
 SELECTIONS = ("val", "test")
 SAMPLINGS = ("shared", "per_member")
+L_AFTER = ("best", "keep")
+G_BETA_EPS = ("double", "annealed")
+FEDEX_CANDIDATES = ("perturb", "space")
+FEDEX_SCHEDS = ("aggressive", "auto")
 
 
 @dataclass
@@ -47,17 +51,24 @@ class TuneConfig:
     eta: int = 3  # SHA: keep the best 1/eta at each elimination
     eliminations: int = 3  # SHA: eliminations (27 -> 9 -> 3 -> 1)
     select: str = "val"  # the final configuration: best mean validation accuracy (ours) or test accuracy (paper's RS)
-    sampling: str = "shared"  # the active clients: the same for every configuration in a round, or per member
+    sampling: str = "shared"  # the active clients: shared by the configurations in a round (ours) | per_member
+    l_after: str = "best"  # after FedPop-L's window every active client trains with the best local vector | keep
+    g_beta_eps: str = "double"  # FedPop-G's new beta0: Evo with 2 eps0 (official code) | annealed (eps as for alpha)
+    fedex_candidates: str = "perturb"  # FedEx's 27: beta0 and Evo perturbations of it, eps0 (official) | space
+    fedex_sched: str = "aggressive"  # FedEx's step: eta0 / max|grad| (official default) | auto (eta0 / sqrt(t))
+    fedex_baseline: float | None = None  # FedEx's baseline discount: null = drawn U[0, 1) per member (official)
     budget: int | None = None  # R_t, rounds over all configurations: RS checks N_c R_c <= R_t; SHA sizes its stages
 
     def validate(self) -> None:
-        for value, choices, what in ((self.wrapper, WRAPPERS, "tune.wrapper"),
-                                     (self.clients, CLIENT_VECTORS, "tune.clients"),
-                                     (self.score, SCORES, "tune.score"), (self.select, SELECTIONS, "tune.select"),
-                                     (self.split, SPLITS, "tune.split"), (self.l_score, L_SCORES, "tune.l_score"),
-                                     (self.sampling, SAMPLINGS, "tune.sampling")):
+        choices_of = ((self.wrapper, WRAPPERS, "wrapper"), (self.clients, CLIENT_VECTORS, "clients"),
+                      (self.score, SCORES, "score"), (self.select, SELECTIONS, "select"), (self.split, SPLITS, "split"),
+                      (self.l_score, L_SCORES, "l_score"), (self.sampling, SAMPLINGS, "sampling"),
+                      (self.l_after, L_AFTER, "l_after"), (self.g_beta_eps, G_BETA_EPS, "g_beta_eps"),
+                      (self.fedex_candidates, FEDEX_CANDIDATES, "fedex_candidates"),
+                      (self.fedex_sched, FEDEX_SCHEDS, "fedex_sched"))
+        for value, choices, what in choices_of:
             if value not in choices:
-                raise unknown_choice(what, value, choices)
+                raise unknown_choice(f"tune.{what}", value, choices)
         _positive("tune.configs", self.configs, allow_none=True)
         _positive("tune.rho", self.rho, at_least=2)
         _positive("tune.eta", self.eta, at_least=2)
@@ -69,6 +80,9 @@ class TuneConfig:
             if isinstance(value, bool) or not isinstance(value, int | float) or not (
                     0 < value <= 1 if low_open else 0 <= value <= 1):
                 raise ConfigError(f"tune.{name} must be in {'(0, 1]' if low_open else '[0, 1]'}, got {value!r}")
+        b = self.fedex_baseline
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int | float) or not 0 <= b <= 1):
+            raise ConfigError(f"tune.fedex_baseline must be in [0, 1] or null (drawn per member), got {b!r}")
         if self.split == "official" and self.rho != 3:
             raise ConfigError(f"tune.rho={self.rho} sizes the rank and quantile splits; the official split is "
                               "ceil(0.3 n) whatever rho: set tune.split=rank to use rho")

@@ -177,7 +177,7 @@ class Replacement:
 def fedpop_g(alphas: Sequence[Mapping[str, float]], beta0s: Sequence[Mapping[str, float]],
              scores: Sequence[float], eps: float, p_re: float, rng: np.random.Generator, server_space: Space,
              client_space: Space, options: EvoOptions = PLAIN_EVO, rho: int = RHO, *,
-             rule: str = "official") -> list[Replacement]:
+             rule: str = "official", beta_eps: float | None = None) -> list[Replacement]:
     """FedPop-G (Alg. 1) over the live members: `scores[i]` is member i's `member_score` (lower is better).
 
     Each bottom member i_b (in index order) gets a top member i_t drawn uniformly (one `rng.integers`), then
@@ -185,6 +185,8 @@ def fedpop_g(alphas: Sequence[Mapping[str, float]], beta0s: Sequence[Mapping[str
     Concat(alpha, beta^0) in the joint space). Every Evo reads the inputs (a member in both sets under
     `rule="quantile"` is a parent with its old vectors). Top and middle members are not listed. No projection:
     beta^0 moves freely (FedPop-L's Delta-ball is around the new beta^0, which the runner resamples, §2.2).
+    `beta_eps` is beta^0's Evo intensity (None: `eps`; the official code's is 2 eps0, not annealed:
+    tuners/pbt_wrs_mix.py lines 220-226, the runner's `tune.g_beta_eps: double`).
     """
     if not len(alphas) == len(beta0s) == len(scores):
         raise ValueError(f"fedpop_g: {len(alphas)} alphas, {len(beta0s)} beta0s and {len(scores)} scores")
@@ -197,7 +199,7 @@ def fedpop_g(alphas: Sequence[Mapping[str, float]], beta0s: Sequence[Mapping[str
             break
         i_t = top[int(rng.integers(len(top)))]
         alpha = evo(server_space, alphas[i_t], eps, p_re, rng, options)
-        beta0 = evo(client_space, beta0s[i_t], eps, p_re, rng, options)
+        beta0 = evo(client_space, beta0s[i_t], eps if beta_eps is None else beta_eps, p_re, rng, options)
         replacements.append(Replacement(bottom=i_b, top=i_t, alpha=alpha, beta0=beta0))
     return replacements
 

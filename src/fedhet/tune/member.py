@@ -41,6 +41,7 @@ class Member:
     parent: int | None = None
     alive: bool = True
     fedex: FedExState | None = None  # tune.clients=fedex: its candidates and distribution
+    best_local: int | None = None  # FedPop-L's best local vector at its last step (tune.l_after: best)
 
     def values(self, space: SearchSpace) -> dict[str, Any]:
         """{dotted key: config value} of Concat(alpha, beta^0): the configuration as a user would set it."""

@@ -31,7 +31,7 @@ from fedhet.runtimes.inprocess import FitJob, InProcessClients
 from fedhet.tune.config import TuneConfig
 from fedhet.tune.evo import anneal, delta_ball
 from fedhet.tune.fedex import fedex_draw, fedex_start, fedex_step
-from fedhet.tune.fedpop import L_GAMMA, Tried, fedpop_g, fedpop_l, is_g_round, member_score
+from fedhet.tune.fedpop import L_GAMMA, Tried, fedpop_g, fedpop_l, is_g_round, l_window_open, member_score
 from fedhet.tune.fitting import CHECK_LOSS, MemberRound, fit_members
 from fedhet.tune.member import Member, MethodCopies
 from fedhet.tune.space import HPVector, SearchSpace
@@ -72,9 +72,12 @@ class Population:
         """beta^1..beta^K for the round's K active clients: beta^0 itself (`clients: fixed`), FedEx's draws from
         its candidates, or the Delta-ball drawn when the member has none (its start, or a FedPop-G
         replacement; §2.2)."""
-        if self.tune.clients == "fedex" and self.space.client.dims:
+        t = self.tune
+        if t.clients == "fedex" and self.space.client.dims:
             if member.fedex is None:
-                member.fedex = fedex_start(self.space.client, self.rng("fedex-start", 0, member.slot))
+                member.fedex = fedex_start(self.space.client, self.rng("fedex-start", 0, member.slot),
+                                           beta0=member.beta0, eps=t.eps0, mode=t.fedex_candidates,
+                                           discount=t.fedex_baseline, sched=t.fedex_sched)
                 member.beta0 = member.fedex.mle()
             member.betas = [dict(member.fedex.candidates[j]) for j in self.fedex_choice(member, rnd, k)]
             return member.betas
@@ -83,6 +86,9 @@ class Population:
         if len(member.betas) != k:
             member.betas = delta_ball(self.space.client, member.beta0, k, self.rng("ball", rnd, member.slot))
             member.beta_history = [[] for _ in member.betas]
+        if t.fedpop_l and t.l_after == "best" and member.best_local is not None and not l_window_open(
+                rnd - member.born - 1, self.t_g, t.l_window):  # the official code's switch to the best
+            return [dict(member.betas[member.best_local]) for _ in range(k)]
         return member.betas
 
     def play_round(self, rnd: int) -> None:
@@ -97,7 +103,8 @@ class Population:
         lanes with `run.runtime: batched`), then each member's aggregation and FedPop-L / FedEx. The members'
         scores of this round are appended to their histories and kept per client in `last_scores`."""
         sampled = sample_round(self.exp, self.runner.num_train_clients, rnd)
-        plans = [plan_round(self, member, rnd, sampled) for member in self.members if member.alive]
+        plans = [plan_round(self, member, rnd, self.sample(member, rnd, sampled)) for member in self.members
+                 if member.alive]
         self.trained_betas = {plan.member.slot: [dict(b) for b in plan.betas] for plan in plans}  # the HP log's
         for plan in plans:  # Table 1 counts every vector that trains, whether or not its training diverges
             self.tried.note(plan.member.alpha, plan.betas)
@@ -113,9 +120,18 @@ class Population:
                 continue
             member.server = trained.server
             member.clients = {**member.clients, **result[1]}  # only clients that trained keep a state
-            self.after_training(member, rnd, sampled, trained.replies)
+            self.after_training(member, rnd, trained.replies)
 
-    def after_training(self, member: Member, rnd: int, sampled: list[int], replies: list[Reply]) -> None:
+    def sample(self, member: Member, rnd: int, shared: list[int]) -> list[int]:
+        """The member's active clients: the round's `shared` sample, or (`tune.sampling: per_member`, the official
+        code's) as many drawn for this member alone, without replacement, from its own stream."""
+        if self.tune.sampling == "shared":
+            return shared
+        pool = self.exp.arrangement.pool(self.runner.num_train_clients)
+        chosen = self.rng("sample", rnd, member.slot).choice(len(pool), size=len(shared), replace=False)
+        return [pool[int(i)] for i in sorted(chosen)]
+
+    def after_training(self, member: Member, rnd: int, replies: list[Reply]) -> None:
         """The member's score of this round and its searches: FedPop-L, or FedEx's step."""
         scores = [float(r.message.scalars[CHECK_LOSS]) for r in replies]
         self.last_scores[member.slot] = scores
@@ -128,8 +144,7 @@ class Population:
         if self.tune.fedpop_l and self.tune.clients == "ball" and self.space.client.dims:
             self.local_search(member, rnd, scores)  # (a space without client values has no local search)
         if member.fedex is not None:  # FedEx: theta steps on the active clients' validation errors
-            self.fedex_update(member, rnd, sampled, [1.0 - float(r.message.scalars["check_accuracy"])
-                                                     for r in replies])
+            self.fedex_update(member, rnd, replies)
 
     def diverged(self, member: Member, rnd: int, why: str) -> None:
         """A member whose training diverged keeps its last finite state and scores +inf this round, so FedPop-G
@@ -151,6 +166,8 @@ class Population:
         for losses, x in zip(history, scores, strict=True):
             losses.append(x)
         ranked = scores if t.l_score == "round" else [member_score(h, "powerlaw", L_GAMMA) for h in history]
+        if l_window_open(since, self.t_g, t.l_window):  # the official code's idx_selected: the best, ties the first
+            member.best_local = int(np.argmin(np.where(np.isnan(ranked), np.inf, ranked)))
         betas = fedpop_l(member.betas, ranked, member.beta0, anneal(t.eps0, since, t.l_window * self.t_g),
                          anneal(t.p_re0, rnd, self.exp.config.rounds), self.rng("L", rnd, member.slot),
                          self.space.client, rounds_since_init=since, t_g=self.t_g, share=t.l_window,
@@ -165,12 +182,13 @@ class Population:
         assert member.fedex is not None
         return fedex_draw(member.fedex, k, self.rng("fedex", rnd, member.slot))
 
-    def fedex_update(self, member: Member, rnd: int, sampled: list[int], errors: list[float]) -> None:
-        """One exponentiated-gradient step of the member's FedEx distribution on this round's draws; beta^0 is its
-        most likely candidate afterwards."""
+    def fedex_update(self, member: Member, rnd: int, replies: list[Reply]) -> None:
+        """One exponentiated-gradient step of the member's FedEx distribution on this round's draws (each reply's
+        validation error after local training); beta^0 is its most likely candidate afterwards."""
         assert member.fedex is not None
-        chosen = self.fedex_choice(member, rnd, len(sampled))  # theta has not moved since the draw
-        weights = [len(self.exp.data.clients[cid].val) for cid in sampled]  # type: ignore[arg-type]
+        chosen = self.fedex_choice(member, rnd, len(replies))  # theta has not moved since the draw
+        errors = [1.0 - float(r.message.scalars["check_accuracy"]) for r in replies]
+        weights = [len(self.exp.data.clients[r.client_id].val) for r in replies]  # type: ignore[arg-type]
         member.fedex = fedex_step(member.fedex, chosen, errors, weights)
         member.beta0 = member.fedex.mle()
 
@@ -181,16 +199,17 @@ class Population:
         live = [m for m in self.members if m.alive]
         t, rounds = self.tune, self.exp.config.rounds
         scores = member_scores(t, self.t_g, live)
-        chosen = fedpop_g([m.alpha for m in live], [m.beta0 for m in live], scores, anneal(t.eps0, rnd, rounds),
-                          anneal(t.p_re0, rnd, rounds), self.rng("G", rnd), self.space.server, self.space.client,
-                          rho=t.rho, rule=t.split)
+        eps = anneal(t.eps0, rnd, rounds)
+        chosen = fedpop_g([m.alpha for m in live], [m.beta0 for m in live], scores, eps, anneal(t.p_re0, rnd, rounds),
+                          self.rng("G", rnd), self.space.server, self.space.client, rho=t.rho, rule=t.split,
+                          beta_eps=2 * t.eps0 if t.g_beta_eps == "double" else eps)
         parents = {r.top: copy.deepcopy((live[r.top].server, live[r.top].clients)) for r in chosen}
         for r in chosen:
             child = live[r.bottom]
             child.server, child.clients = copy.deepcopy(parents[r.top])
             child.alpha, child.beta0, child.betas, child.history = dict(r.alpha), dict(r.beta0), [], []
             child.weighted_last = math.inf  # (its beta_history restarts with the Delta-ball, `local_vectors`)
-            child.born, child.parent = rnd, live[r.top].slot
+            child.born, child.parent, child.best_local = rnd, live[r.top].slot, None
 
     def states_of(self, member: Member) -> dict[int, Any]:
         """Every client's state in `member`'s federation (a client that never trained there: a fresh state)."""
