@@ -13,7 +13,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "fedhet"
 FOUNDATIONS = {"errors", "registry", "outpaths", "atomic", "cache", "plugins", "yaml_input", "config", "data", "models",
-               "losses", "report", "method_catalog"}
+               "losses", "report", "method_catalog", "dataset_catalog"}
 LAYERS = {**{name: 0 for name in FOUNDATIONS}, "core": 1, "algorithms": 2, "engine": 3, "runtimes": 4,
           "launch": 5, "tune": 5, "privacy": 5, "cli": 6, "cli_args": 6, "cli_commands": 6, "cli_parser": 6,
           "config_doc": 6, "__init__": 6, "__main__": 6}

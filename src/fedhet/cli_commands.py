@@ -150,20 +150,19 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    from fedhet.config import load_config
-    from fedhet.data import build_federated_data, dataset_info, list_datasets
-
-    if args.action == "list":
+    if args.action == "list":  # from the shipped catalog: no torch import
         import os
 
-        from fedhet.data.presence import presence
-        from fedhet.data.registry import get_spec
+        from fedhet.dataset_catalog import load_catalog, presence
 
         root = Path(os.environ["FEDHET_DATA"]).expanduser() if os.environ.get("FEDHET_DATA") else None
         print(f"data root: {root or 'not set (FEDHET_DATA or data.root)'}\n")
-        for name in list_datasets():
-            print(f"{dataset_info(name)}\non this machine: {presence(get_spec(name), root)}\n")
+        for entry in load_catalog():
+            print(f"{entry['text']}\non this machine: {presence(entry, root)}\n")
         return 0
+    from fedhet.config import load_config
+    from fedhet.data import build_federated_data
+
     if args.plot:
         from fedhet.outpaths import check_plot_file
 

@@ -5,8 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedhet.cli import main
-from fedhet.data.presence import presence
-from fedhet.data.registry import get_spec
+from fedhet.dataset_catalog import load_catalog, presence, render_catalog
+
+
+def get_spec(name: str) -> dict[str, object]:
+    return next(e for e in load_catalog() if e["name"] == name)
+
+
+def test_the_shipped_catalog_is_the_registry() -> None:
+    assert load_catalog() == render_catalog(), "regenerate it: python -m fedhet.dataset_catalog --write"
 
 
 def test_present_missing_builtin_and_own(tmp_path: Path) -> None:
