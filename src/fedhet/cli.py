@@ -22,6 +22,9 @@ from fedhet.errors import FedhetError
 __all__ = ["build_parser", "main", "parse_args"]
 
 log = logging.getLogger("fedhet")
+# commands whose first own output comes after torch is imported and the data is built (seconds): a first line on
+# a terminal (not in pipes and logs, where bad input stays one line "error: ...")
+SLOW_START = ("run", "sweep", "tune", "pretrain", "flower", "adapt")
 
 
 def _first_line(text: str) -> str:
@@ -47,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(argv)
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                             format="%(levelname)s %(name)s: %(message)s")
+        if args.command in SLOW_START and not getattr(args, "quiet", False) and sys.stderr.isatty():
+            print(f"fedhet {args.command}: starting (importing torch, checking the config, building the data) ...",
+                  file=sys.stderr, flush=True)
         return int(args.func(args))
     except KeyboardInterrupt:
         return _fail("interrupted (Ctrl-C); run the command again to start over (a run that wrote a checkpoint "
