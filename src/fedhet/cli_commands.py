@@ -182,7 +182,8 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     from fedhet.launch.pretrain import pretrain_backbone
 
     cfg = load_config(*config_and_overrides(args))
-    done = pretrain_backbone(cfg, args.out, epochs=args.epochs, minutes=args.minutes, force=args.force)
+    done = pretrain_backbone(cfg, args.out, epochs=args.epochs, minutes=args.minutes, force=args.force,
+                             progress=not args.quiet)
     how = "pretrained" if done.trained else "found (same config and budget; --force trains again)"
     print(f"backbone {how}: {done.path}  held-out accuracy {done.accuracy:.4f}  ({done.meta.get('steps')} steps, "
           f"{done.meta.get('seconds')} s)")

@@ -139,6 +139,7 @@ def _add_pretrain(sub: Subparsers) -> None:
     pre.add_argument("--epochs", type=int, default=1)
     pre.add_argument("--minutes", type=float, default=None, help="stop after this much wall time")
     pre.add_argument("--force", action="store_true", help="train again even if --out holds this pretraining")
+    pre.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pre.set_defaults(func=cmd_pretrain)
 
 

@@ -29,3 +29,23 @@ def test_pretraining_is_cached_by_config_and_loads_into_a_run(tmp_path, capsys) 
     model = build_model("vl_transformer", 13, (3, 32, 32), d=16, depth=1, heads=2, checkpoint=str(out))
     assert all(torch.equal(model.state_dict()[k], v) for k, v in saved.items())
     assert main(["pretrain", *SMALL, "--out", str(out), "--epochs", "0"]) == 2  # one clear error
+
+
+def test_pretraining_shows_a_progress_bar(capsys) -> None:
+    import torch
+    from torch import nn
+
+    from fedhet.models.vl_pretrain import pretrain
+
+    class Tiny(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x: list[torch.Tensor]) -> torch.Tensor:
+            return self.fc(x[0])
+
+    batches = [([torch.randn(3, 4), torch.zeros(3)], torch.tensor([0, 1, 0]))] * 5
+    result = pretrain(Tiny(), batches, epochs=2, progress=True)
+    err = capsys.readouterr().err
+    assert result.steps == 10 and "pretrain" in err and "10/10" in err

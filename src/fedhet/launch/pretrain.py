@@ -45,7 +45,7 @@ def pretrain_key(cfg: ExperimentConfig, epochs: int, minutes: float | None) -> s
 
 
 def pretrain_backbone(cfg: ExperimentConfig, out: str | Path, epochs: int = 1, minutes: float | None = None,
-                      force: bool = False) -> Pretrained:
+                      force: bool = False, progress: bool = False) -> Pretrained:
     """Pretrain `cfg.model` on the pooled training data of `cfg.data` and save it to `out` (or find it there)."""
     if epochs < 1 or (minutes is not None and minutes <= 0):
         raise ConfigError("fedhet pretrain: --epochs must be >= 1 and --minutes > 0")
@@ -66,7 +66,8 @@ def pretrain_backbone(cfg: ExperimentConfig, out: str | Path, epochs: int = 1, m
         generator = torch.Generator().manual_seed(cfg.seed)
         train = DataLoader(data.pooled_train(), batch_size=cfg.train.batch_size, shuffle=True, generator=generator)
         result = pretrain(model, train, epochs=epochs, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
-                          max_seconds=None if minutes is None else 60.0 * minutes, log=log.info)
+                          max_seconds=None if minutes is None else 60.0 * minutes, log=log.info,
+                          progress=progress)
     accuracy = evaluate_accuracy(model, test)
     meta = {"key": key, "accuracy": accuracy, "dataset": cfg.data.dataset, "model": cfg.model.name,
             "seed": cfg.seed, "steps": result.steps, "epochs": result.epochs, "seconds": round(result.seconds, 1)}

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional as F
+from tqdm.auto import tqdm
 
 from fedhet.atomic import atomic_path
 from fedhet.errors import CheckpointError
@@ -54,12 +55,13 @@ def _schedule(total: int, warmup: float) -> Callable[[int], float]:
 
 def pretrain(model: nn.Module, batches: Iterable[Batch], *, epochs: int = 1, lr: float = 1e-3,
              weight_decay: float = 0.01, warmup: float = 0.05, max_seconds: float | None = None,
-             params: Iterable[nn.Parameter] | None = None, log: Callable[[str], None] | None = None
-             ) -> PretrainResult:
+             params: Iterable[nn.Parameter] | None = None, log: Callable[[str], None] | None = None,
+             progress: bool = False) -> PretrainResult:
     """Cross-entropy training of `params` (default: all) with AdamW and warm-up + cosine decay.
 
     `batches` yields (x, y) with x = [images, questions] and is iterated once per epoch (a DataLoader);
-    training stops early once `max_seconds` have passed. Runs on the model's device.
+    training stops early once `max_seconds` have passed. Runs on the model's device. `progress`: a bar over the
+    steps, with the epoch and the running loss.
     """
     device = next(model.parameters()).device
     chosen = [p for p in (model.parameters() if params is None else params) if p.requires_grad]
@@ -67,6 +69,7 @@ def pretrain(model: nn.Module, batches: Iterable[Batch], *, epochs: int = 1, lr:
     total = epochs * len(batches) if isinstance(batches, Sized) else 10**9
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(total, warmup))
     start, steps, done, mean = time.perf_counter(), 0, 0, float("nan")
+    bar = tqdm(total=total if total < 10**9 else None, disable=not progress, unit="step", desc="pretrain")
     model.train()
     for epoch in range(epochs):
         losses: list[float] = []
@@ -78,6 +81,8 @@ def pretrain(model: nn.Module, batches: Iterable[Batch], *, epochs: int = 1, lr:
             sched.step()
             losses.append(float(loss.detach()))
             steps += 1
+            bar.update()
+            bar.set_postfix(epoch=epoch + 1, loss=f"{losses[-1]:.3f}", refresh=False)
             if max_seconds is not None and time.perf_counter() - start > max_seconds:
                 break
         mean = sum(losses) / max(1, len(losses))
@@ -86,6 +91,7 @@ def pretrain(model: nn.Module, batches: Iterable[Batch], *, epochs: int = 1, lr:
             log(f"epoch {done}: loss {mean:.4f}, {steps} steps, {time.perf_counter() - start:.1f}s")
         if max_seconds is not None and time.perf_counter() - start > max_seconds:
             break
+    bar.close()
     return PretrainResult(steps, time.perf_counter() - start, mean, done)
 
 
