@@ -62,7 +62,7 @@ def test_frozen_copy_is_the_received_A_s_and_gets_no_gradient() -> None:
 
 
 def test_ramp_up_starts_at_exp_minus_five_and_reaches_one() -> None:
-    exp = build_experiment(load_config(None, [*BASE, "method=feddat"]))
+    exp = build_experiment(load_config(None, [*BASE, "method=feddat", "method_args.ramp=exp"]))
     alg = exp.algorithm
     work = alg.start(alg.broadcast(exp.init_server(), exp.round_info(1), 0), alg.init_client(0),
                      exp.context(0, 1, exp.data.clients[0]))

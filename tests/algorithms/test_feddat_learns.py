@@ -76,15 +76,16 @@ def a_c_sent(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def frozen_copy_trains(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Â_s a trainable part of the DAT: its weights not detached, and in A_c's optimizer."""
+    """Â_s a trainable part of the DAT: its weights not detached, and in A_c's optimizer (or the single one)."""
     real_passes = FedDAT.passes
     monkeypatch.setattr(BottleneckAdapter, "forward_frozen", BottleneckAdapter.forward)
 
     def passes(self: FedDAT, work: Any) -> Any:
         frozen = [p.requires_grad_(True) for _, p in adapter_named_parameters(work.model, "frozen_shared")]
         out = real_passes(self, work)
-        spec = out[0].optimizers["client"]
-        out[0].optimizers["client"] = dataclasses.replace(spec, params=[*spec.params, *frozen])
+        name = "client" if "client" in out[0].optimizers else "model"  # the official update has one optimizer
+        spec = out[0].optimizers[name]
+        out[0].optimizers[name] = dataclasses.replace(spec, params=[*spec.params, *frozen])
         return out
 
     monkeypatch.setattr(FedDAT, "passes", passes)

@@ -9,14 +9,19 @@ feddat.md), Alg. 1 on a frozen backbone:
 - the server averages A_s only (uniform as in Alg. 1 line 6: `server.aggregation: uniform`; N_k-weighted as
   in Eq. 3: `weighted`); the deployed model is the backbone with A_s (`inference`).
 
-Where the paper is silent or the official code differs, a switch (default: the paper as printed):
-- `update`: "simultaneous" (both losses from one forward, both adapters step on them: the paper's Alg. 1
-  read as one step) | "sequential" (the official code: A_s steps, then both paths are recomputed and A_c steps);
-- `ramp`: "exp" (App. B.2) | "constant" (alpha = beta = 1, the official code); `ramp_scope` "round" (T_0 =
-  one round's local steps; "based on the local update steps t") | "run";
-- `temperature` (1) and `scale_t2` (False): the official code uses T = 3 and scales the KL by T^2;
-- `dat_weights` (1/2, 1/2) of Eq. 4 (fixed in paper and code); `betas` of AdamW (official (0.9, 0.98));
-- the client's head trains with A_s (on L^s): the deployed path's head; L^DAT updates A_c only.
+Where the paper and the official code (HaokunChen245/FedDAT, "official", src/train/visionlanguage_tasks/
+task_trainer.py, "tt") differ, a switch; the default is the official code's, because it reproduces the authors'
+numbers (docs/feddat.md lists every difference):
+- `update`: "sequential" (tt 280-330: z_DAT without gradient, A_s steps on L^s, then the DAT path is recomputed and
+  A_c steps on L^DAT with the pre-step z_s as its target, one optimizer and scheduler stepping twice a batch) |
+  "simultaneous" (Alg. 1 read as one step: both losses from one forward, each optimizer on its own loss);
+- `kl_direction`: "official" (tt 300, 320, 506-516: KL(p_DAT || p_s) for A_s, KL(p_s || p_DAT) for A_c) |
+  "printed" (Eq. 5: KL(z_s || z_DAT) for A_s);
+- `head_losses`: "both" (tt 248-250 of main.py: the head is always trainable, so it steps on L^s and L^DAT) |
+  "shared" (the deployed path's head trains on L^s only);
+- `ramp`: "constant" (alpha = beta = 1, official) | "exp" (App. B.2), `ramp_scope` "round" | "run";
+- `temperature` 3 and `scale_t2` true (tt 506-516; the paper: 1, unscaled); `betas`, `lr_schedule`: PeftParams;
+- `dat_weights` (1/2, 1/2) of Eq. 4 (fixed in paper and code: models/adapter.py 144).
 - Table 4 ablation: `frozen_teacher=false` (DAT without Â_s: A_c alone), `client_adapter=false` (without A_c:
   the teacher is Â_s alone and nothing trains on L^DAT), `reverse_kl=false` (L^DAT = CE only), `inference`
   "shared" | "dat" | "client".
@@ -30,14 +35,15 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.func import functional_call
 
 from fedhet.algorithms.peft_fl import PeftFedAvg, PeftParams, seed_of
 from fedhet.algorithms.registry import register
-from fedhet.core.batches import num_steps
+from fedhet.core.batches import num_steps, restrict_logits
 from fedhet.core.contract import ClientContext, ClientState, Deployment, LocalPass, Optimizers, Work
 from fedhet.core.messages import Message
 from fedhet.errors import ConfigError
-from fedhet.losses.distillation import exp_rampup, kl_to_target
+from fedhet.losses.distillation import KL_DIRECTIONS, exp_rampup, kl_term
 from fedhet.models.peft.adapters import CLIENT, SHARED, BottleneckAdapter
 from fedhet.models.peft.insertion import (
     adapter_modules,
@@ -56,11 +62,13 @@ class FedDATParams(PeftParams):
     """PeftParams (warm-up, scope, betas, reduction, adapter init, target) plus FedDAT's switches (module doc)."""
 
     kind: str = "adapter"
-    update: str = "simultaneous"
-    ramp: str = "exp"
+    update: str = "sequential"
+    kl_direction: str = "official"
+    head_losses: str = "both"
+    ramp: str = "constant"
     ramp_scope: str = "round"
-    temperature: float = 1.0
-    scale_t2: bool = False
+    temperature: float = 3.0
+    scale_t2: bool = True
     dat_weights: tuple[float, float] = (0.5, 0.5)
     frozen_teacher: bool = True
     client_adapter: bool = True
@@ -70,7 +78,8 @@ class FedDATParams(PeftParams):
     def validate(self) -> None:
         super().validate()
         choices = {"update": ("simultaneous", "sequential"), "ramp": ("exp", "constant"),
-                   "ramp_scope": ("round", "run"), "inference": INFERENCE}
+                   "ramp_scope": ("round", "run"), "inference": INFERENCE, "kl_direction": KL_DIRECTIONS,
+                   "head_losses": ("both", "shared")}
         for key, valid in choices.items():
             if getattr(self, key) not in valid:
                 raise ConfigError(f"feddat: {key} must be one of {', '.join(valid)}, got {getattr(self, key)!r}")
@@ -147,39 +156,61 @@ class FedDAT(PeftFedAvg):
             return 1.0
         return exp_rampup(work.offset + work.step, work.steps)
 
-    def both_logits(self, work: DATWork, x: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        with adapter_path(work.model, "shared"):
-            z_s = self.logits(work.model, x, work.ctx)
-        with adapter_path(work.model, self.teacher_path()):
-            z_dat = self.logits(work.model, x, work.ctx)
-        return z_s, z_dat
+    def path_logits(self, work: DATWork, x: Any, path: str, head_grad: bool = True) -> torch.Tensor:
+        """Logits through adapter `path`; `head_grad=False`: the head's weights detached (no gradient into it)."""
+        with adapter_path(work.model, path):
+            if head_grad:
+                return self.logits(work.model, x, work.ctx)
+            head = work.model.head
+            weights = {k: v.detach() for k, v in head.named_parameters()}
+            return restrict_logits(functional_call(head, weights, (work.model.features(x),)), work.ctx.data.classes)
+
+    def losses(self, z_s: torch.Tensor, z_dat: torch.Tensor, y: torch.Tensor, w: float) -> tuple[torch.Tensor, ...]:
+        """(L^s, L^DAT) of Eqs. 5-7, each KL towards the other's logits as a fixed target (`kl_direction`)."""
+        p, ce = self.params, nn.functional.cross_entropy
+        loss_s = ce(z_s, y) + w * kl_term(z_s, z_dat, p.kl_direction, p.temperature, p.scale_t2)
+        kl_dat = kl_term(z_dat, z_s, p.kl_direction, p.temperature, p.scale_t2) if p.reverse_kl else 0.0
+        return loss_s, ce(z_dat, y) + w * kl_dat
+
+    def single_optimizer(self) -> bool:
+        """The official update: one optimizer over A_s, A_c and the head, stepped on L^s and then on L^DAT."""
+        p = self.params
+        return bool(p.update == "sequential" and p.head_losses == "both" and p.client_adapter)
+
+    def steps_per_batch(self) -> int:
+        return 2 if self.single_optimizer() else 1
 
     def dat_step(self, work: DATWork, x: Any, y: torch.Tensor, optimizers: Optimizers) -> torch.Tensor:
-        """One local step of Alg. 1: L^s for A_s (+ head), L^DAT for A_c."""
+        """One local step of Alg. 1: L^s for A_s (+ head), L^DAT for A_c (+ head: `head_losses`), `update`."""
         p, w = self.params, self.weight(work)
         work.step += 1
-        ce, kl = nn.functional.cross_entropy, kl_to_target
-        z_s, z_dat = self.both_logits(work, x)
-        loss_s = ce(z_s, y) + w * kl(z_s, z_dat, p.temperature, p.scale_t2)
-        if not p.client_adapter:
-            optimizers.step(loss_s, SHARED)
+        name_s, name_c = ("model", "model") if self.single_optimizer() else (SHARED, CLIENT)
+        if p.update == "simultaneous":
+            z_s, z_dat = self.path_logits(work, x, "shared"), self.path_logits(work, x, self.teacher_path())
+            loss_s, loss_dat = self.losses(z_s, z_dat, y, w)
+            optimizers.step_each({SHARED: loss_s, CLIENT: loss_dat} if p.client_adapter else {SHARED: loss_s})
             return loss_s
-        if p.update == "sequential":
-            optimizers.step(loss_s, SHARED)
-            z_s, z_dat = self.both_logits(work, x)
-        loss_dat = ce(z_dat, y) + (w * kl(z_dat, z_s, p.temperature, p.scale_t2) if p.reverse_kl else 0.0)
-        if p.update == "sequential":
-            optimizers.step(loss_dat, CLIENT)
-        else:
-            optimizers.step_each({SHARED: loss_s, CLIENT: loss_dat})
+        with torch.no_grad():  # tt 283-287: the teacher's logits first, without gradient
+            z_dat = self.path_logits(work, x, self.teacher_path())
+        z_s = self.path_logits(work, x, "shared")
+        loss_s, _ = self.losses(z_s, z_dat, y, w)
+        optimizers.step(loss_s, name_s)
+        if p.client_adapter:  # tt 311-328: the DAT path again, its target the pre-step z_s
+            z_dat = self.path_logits(work, x, self.teacher_path(), head_grad=p.head_losses == "both")
+            optimizers.step(self.losses(z_s.detach(), z_dat, y, w)[1], name_c)
         return loss_s
 
     def passes(self, work: DATWork) -> list[LocalPass]:  # type: ignore[override]
-        shared = self.trainable(work.model, set(self.peft.trainable) - {n for n, _ in adapter_named_parameters(
-            work.model, CLIENT)})
-        specs = {SHARED: self.optimizer(shared, work.ctx)}
-        if self.params.client_adapter:
-            specs[CLIENT] = self.optimizer([p for _, p in adapter_named_parameters(work.model, CLIENT)], work.ctx)
+        client = {n for n, _ in adapter_named_parameters(work.model, CLIENT)}
+        shared = set(self.peft.trainable) - client
+        own = shared - {n for n, _ in adapter_named_parameters(work.model, SHARED)}  # head, also_train
+        if self.single_optimizer():
+            specs = {"model": self.optimizer(self.trainable(work.model), work.ctx)}
+        else:
+            specs = {SHARED: self.optimizer(self.trainable(work.model, shared), work.ctx)}
+            if self.params.client_adapter:
+                both = client | own if self.params.head_losses == "both" else client
+                specs[CLIENT] = self.optimizer(self.trainable(work.model, both), work.ctx)
         return [LocalPass("local", lambda x, y, o: self.dat_step(work, x, y, o), specs, self.train_cfg,
                           modules=(work.model,))]
 

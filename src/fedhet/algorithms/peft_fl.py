@@ -16,10 +16,14 @@ the run's rounds). The classification head is client-specific and never leaves t
 its logits are restricted to that pool (a C^k-way head). The backbone stays frozen except where the kind trains
 it; frozen weights are neither sent nor kept in the client state (every call loads the initial ones).
 
-Local training (App. B.2): the config's optimizer (AdamW, lr 1e-4, weight decay 0.01, batch 64, 1 local epoch),
-with a linear warm-up over the first `warmup` share of the steps and a linear decay to 0 (`schedule_scope`:
-over one round's local steps, the default, or over the whole run: the paper's "total training steps" is
-ambiguous). The PEFT modules are drawn from a seed derived from the initial backbone (so they follow the run seed).
+Local training (App. B.2): the config's optimizer (AdamW, weight decay 0.01, 1 local epoch) with the official
+code's betas (0.9, 0.98) (task_trainer.py line 502) and LR schedule `lr_schedule` (docs/feddat.md):
+"official" (default): a fresh warm-up + linear-decay schedule every round sized for `schedule_epochs` (15: main.py
+line 307, `num_epochs`; train_vqa_crossvqa.py line 238) epochs of batches, 10 % warm-up, advanced at every
+optimizer step (task_trainer.py lines 52-59, 304-307, 324-327: FedDAT steps twice a batch, so its lr climbs twice as
+fast); "official_per_batch": the same advanced once a batch; "paper": warm-up over the first `warmup` share of
+one round's steps (`schedule_scope` "round") or of the run's ("run"), then linear decay to 0. The PEFT modules are
+drawn from a seed derived from the initial backbone (so they follow the run seed).
 """
 
 from __future__ import annotations
@@ -50,28 +54,36 @@ from fedhet.models.peft.prompt import add_prompts
 
 PEFT_KINDS = ("clf", "adapter", "lora", "prompt", "bias", "full")
 SCOPES = ("round", "run")
+SCHEDULES = ("official", "official_per_batch", "paper")
+FORMS = {"lora_form": ("official", "peft"), "prompt_form": ("official", "paper")}
 
 
 @dataclass
 class PeftParams:
     """kind (table above); local_only: the "-L" baselines; reduction: adapter d/r (16); adapter_init: see
-    models.peft.adapters; lora_projections "qk" (paper) | "qv" (official code), lora_rank; prompt_visual /
-    prompt_text tokens; warmup share and schedule_scope of the LR schedule; betas of Adam(W) ((0.9, 0.98) in the
-    official code); target: where adapters go (models.peft.insertion, "auto": after every FFN output);
-    also_train: name patterns of new backbone parts each client trains and keeps, never sends (minilm_vl's image
-    projection: ["patch_embeddings.*", "image_position"])."""
+    models.peft.adapters; lora_form "official" (fresh q/v under LoRA, viltbert.py 369-374) | "peft";
+    lora_projections "qv" (official code) | "qk" (paper), lora_rank; prompt_form "official" (Embedding -> MLP,
+    main.py 214-229) | "paper" (free tokens), prompt_visual / prompt_text tokens (official 5 + 5, paper 10 + 10);
+    lr_schedule official | official_per_batch | paper, schedule_epochs, warmup share and schedule_scope (paper);
+    betas of Adam(W) (official (0.9, 0.98)); target: where adapters go (models.peft.insertion, "auto": after every
+    FFN output); also_train: name patterns of new backbone parts each client trains and keeps, never sends
+    (minilm_vl's image projection: ["patch_embeddings.*", "image_position"]). Defaults: the official code's."""
 
     kind: str = "adapter"
     local_only: bool = False
     reduction: int = 16
     adapter_init: str = "bert"
-    lora_projections: str = "qk"
+    lora_form: str = "official"
+    lora_projections: str = "qv"
     lora_rank: int = 16
-    prompt_visual: int = 10
-    prompt_text: int = 10
+    prompt_form: str = "official"
+    prompt_visual: int = 5
+    prompt_text: int = 5
+    lr_schedule: str = "official"
+    schedule_epochs: int = 15
     warmup: float = 0.1
     schedule_scope: str = "round"
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[float, float] = (0.9, 0.98)
     target: str = "auto"
     also_train: tuple[str, ...] = ()
 
@@ -80,8 +92,12 @@ class PeftParams:
             raise ConfigError(f"peft: kind must be one of {', '.join(PEFT_KINDS)}, got {self.kind!r}")
         if not 0.0 <= self.warmup < 1.0:
             raise ConfigError(f"peft: warmup must be in [0, 1), got {self.warmup}")
-        if self.schedule_scope not in SCOPES:
-            raise ConfigError(f"peft: schedule_scope must be round or run, got {self.schedule_scope!r}")
+        choices = {"schedule_scope": SCOPES, "lr_schedule": SCHEDULES, **FORMS}
+        for key, valid in choices.items():
+            if getattr(self, key) not in valid:
+                raise ConfigError(f"peft: {key} must be one of {', '.join(valid)}, got {getattr(self, key)!r}")
+        if self.schedule_epochs < 1:
+            raise ConfigError(f"peft: schedule_epochs must be >= 1, got {self.schedule_epochs}")
         if self.reduction < 1 or self.lora_rank < 1 or min(self.prompt_visual, self.prompt_text) < 0:
             raise ConfigError("peft: reduction and lora_rank must be >= 1, prompt token counts >= 0")
 
@@ -102,9 +118,11 @@ def with_modules(model: SplitModel, params: PeftParams, dual: bool = False) -> S
         if params.kind == "adapter" or dual:
             insert_adapters(model, params.target, params.reduction, dual=dual, init=params.adapter_init)
         elif params.kind == "lora":
-            apply_lora(model, params.lora_projections, rank=params.lora_rank)
+            official = params.lora_form == "official"
+            apply_lora(model, params.lora_projections, rank=params.lora_rank, alpha=1.0 if official else None,
+                       fresh_base=official)
         elif params.kind == "prompt":
-            add_prompts(model, params.prompt_visual, params.prompt_text)
+            add_prompts(model, params.prompt_visual, params.prompt_text, reparam=params.prompt_form == "official")
     return model
 
 
@@ -157,8 +175,19 @@ class PeftFedAvg(ModelAlgorithm):
         spec = OptimSpec.from_train(params, self.train_cfg, persist=False)
         return dataclasses.replace(spec, betas=tuple(self.params.betas), lr_schedule=self.lr_factor(ctx))
 
+    def steps_per_batch(self) -> int:
+        """Optimizer steps one optimizer takes per batch (FedDAT's official update: 2)."""
+        return 1
+
     def lr_factor(self, ctx: ClientContext) -> Callable[[int], float]:
+        """The LR factor at an optimizer's step t of this round (`lr_schedule`, module doc)."""
         steps = num_steps(ctx.data.num_train, self.train_cfg)
+        p = self.params
+        if p.lr_schedule != "paper":  # one epoch's batches x schedule_epochs, fresh each round
+            epoch = dataclasses.replace(self.train_cfg, local_epochs=1, local_steps=None)
+            total = num_steps(ctx.data.num_train, epoch) * p.schedule_epochs
+            per = 1 if p.lr_schedule == "official" else self.steps_per_batch()
+            return lambda t: warmup_linear_decay(t // per, total, p.warmup)
         if self.params.schedule_scope == "run":
             offset, total = (ctx.round - 1) * steps, ctx.rounds * steps
             return lambda t: warmup_linear_decay(offset + t, total, self.params.warmup)

@@ -6,6 +6,11 @@ as r = d/16 gives 1.77M parameters for ViLT-B, while the printed 0.60M fits r = 
 589,824), so `rank=16` is the default and `reduction=16` gives r = d/16. The scale s = alpha/r is not stated;
 alpha defaults to r (s = 1, the `adapters` library default). Works on any module tree whose attention
 projections are Linear layers named `query`/`key`/`value` (fedhet's vl_transformer, HF ViLT, BERT/MiniLM).
+
+`fresh_base=True` is the official code's LoRA baseline (HaokunChen245/FedDAT src/modeling/viltbert.py lines
+369-374, albef.py 120-135): each targeted projection is *replaced* by a new `loralib.Linear(d, d, r=16)`, whose
+weight is a fresh nn.Linear draw, frozen (lora_alpha 1: scale 1/r), so the pretrained W_q / W_v are lost: a
+degraded baseline. Here the pretrained base layer is re-drawn (nn.Linear's init) and frozen.
 """
 
 from __future__ import annotations
@@ -55,10 +60,12 @@ def _resolve_rank(model: nn.Module, names: list[str], rank: int, reduction: int 
 
 
 def apply_lora(model: nn.Module, projections: str | Sequence[str] = "qk", rank: int = 16,
-               reduction: int | None = None, alpha: float | None = None, dropout: float = 0.0) -> int:
+               reduction: int | None = None, alpha: float | None = None, dropout: float = 0.0,
+               fresh_base: bool = False) -> int:
     """Inject LoRA (peft `LoraConfig`, B = 0 at start) into the named projections in place; returns the rank.
 
-    `reduction`, when given, replaces `rank`: r = d / reduction (d the projections' input size).
+    `reduction`, when given, replaces `rank`: r = d / reduction (d the projections' input size). `fresh_base`:
+    re-draw the wrapped projections' frozen weights (the official code's degraded baseline, module doc).
 
     peft freezes every other parameter; use `mark_trainable(model, "lora")` to train the head too.
     """
@@ -72,6 +79,10 @@ def apply_lora(model: nn.Module, projections: str | Sequence[str] = "qk", rank: 
     except ValueError as e:
         raise ConfigError(f"LoRA targets {names} not found in {type(model).__name__} ({str(e).splitlines()[0]}); "
                           f"module types found: {module_types(model)}") from e
+    if fresh_base:
+        for name, module in model.named_modules():
+            if name.rsplit(".", 1)[-1] in names and isinstance(getattr(module, "base_layer", None), nn.Linear):
+                module.base_layer.reset_parameters()
     return r
 
 

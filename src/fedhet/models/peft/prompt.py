@@ -5,7 +5,10 @@ The paper prepends 10 visual and 10 textual tokens at the input embedding only. 
 with `supports_prompts = True`), which splices them in with `splice_prompts`: the sequence becomes
 [CLS] P_text question P_visual image, so [CLS] stays first (the pooled token). peft's PromptTuningConfig
 only prepends virtual tokens to the text of an HF text model, so it cannot place the visual prompts.
-Tokens start at N(0, std^2) with std = 0.02 (the paper is silent).
+Tokens start at N(0, std^2) with std = 0.02 (the paper is silent). `reparam=True` is the official code's prompt
+baseline (HaokunChen245/FedDAT src/train/main.py lines 214-229): per modality, the tokens are the output of
+Embedding(n, d) -> Linear(d, d/4) -> Tanh -> Linear(d/4, d) on the ids 0..n-1 (5 + 5 tokens; 0.60M parameters
+sent at d = 768, every one of them trained and communicated), spliced at the same places.
 """
 
 from __future__ import annotations
@@ -33,6 +36,38 @@ class PromptTokens(nn.Module):
         return f"n_text={self.text.shape[0]}, n_visual={self.visual.shape[0]}, d={self.text.shape[1]}"
 
 
+class ReparamPrompts(nn.Module):
+    """The official code's prompts: `text` / `visual` computed by Embedding -> Linear -> Tanh -> Linear nets."""
+
+    def __init__(self, d: int, n_visual: int = 5, n_text: int = 5, device: torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        if min(n_visual, n_text) < 1:
+            raise ConfigError(f"reparameterised prompts need >= 1 token per modality, got {n_visual}, {n_text}")
+
+        def net(n: int) -> nn.Sequential:
+            return nn.Sequential(nn.Embedding(n, d), nn.Linear(d, max(d // 4, 1)), nn.Tanh(),
+                                 nn.Linear(max(d // 4, 1), d)).to(device=device, dtype=dtype)
+
+        self.text_net, self.visual_net = net(n_text), net(n_visual)
+
+    @staticmethod
+    def _tokens(net: nn.Sequential) -> torch.Tensor:
+        embedding: nn.Embedding = net[0]  # type: ignore[assignment]
+        return net(torch.arange(embedding.num_embeddings, device=embedding.weight.device))
+
+    @property
+    def text(self) -> torch.Tensor:
+        return self._tokens(self.text_net)
+
+    @property
+    def visual(self) -> torch.Tensor:
+        return self._tokens(self.visual_net)
+
+
+AnyPrompts = PromptTokens | ReparamPrompts
+
+
 def prompt_host(model: nn.Module) -> nn.Module:
     """The submodule of `model` that splices prompts in (`supports_prompts = True`); a ConfigError if none."""
     for module in model.modules():
@@ -42,25 +77,28 @@ def prompt_host(model: nn.Module) -> nn.Module:
                       "(vl_transformer, hf_vilt, minilm_vl); peft's prompt tuning covers text-only HF models")
 
 
-def add_prompts(model: nn.Module, n_visual: int = 10, n_text: int = 10, std: float = 0.02) -> PromptTokens:
-    """Attach learnable prompt tokens to `model`'s VL backbone (global torch RNG) and return them."""
+def add_prompts(model: nn.Module, n_visual: int = 10, n_text: int = 10, std: float = 0.02,
+                reparam: bool = False) -> AnyPrompts:
+    """Attach learnable prompt tokens (`reparam`: the official code's nets) to `model`'s VL backbone (global
+    torch RNG) and return them."""
     host = prompt_host(model)
     if getattr(host, PROMPT_ATTR, None) is not None:
         raise ConfigError("the model already has prompt tokens; add them once")
     ref = next(host.parameters())
     d: int = host.hidden_size  # type: ignore[assignment]  # a prompt host declares an int hidden_size
-    prompts = PromptTokens(int(d), n_visual, n_text, std, ref.device, ref.dtype)
+    prompts: AnyPrompts = (ReparamPrompts(int(d), n_visual, n_text, ref.device, ref.dtype) if reparam
+                           else PromptTokens(int(d), n_visual, n_text, std, ref.device, ref.dtype))
     host.add_module(PROMPT_ATTR, prompts)
     return prompts
 
 
-def prompts_of(host: nn.Module) -> PromptTokens | None:
+def prompts_of(host: nn.Module) -> AnyPrompts | None:
     """The prompt tokens attached to `host`, or None."""
     found = getattr(host, PROMPT_ATTR, None)
-    return found if isinstance(found, PromptTokens) else None
+    return found if isinstance(found, PromptTokens | ReparamPrompts) else None
 
 
-def splice_prompts(prompts: PromptTokens | None, text: torch.Tensor, text_mask: torch.Tensor,
+def splice_prompts(prompts: AnyPrompts | None, text: torch.Tensor, text_mask: torch.Tensor,
                    image: torch.Tensor, image_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """[text[:, :1], P_text, text[:, 1:], P_visual, image] and its mask (prompts always attended).
 
