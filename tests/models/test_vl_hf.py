@@ -85,6 +85,16 @@ def test_vilt_load_errors_are_clear(tmp_path: Path) -> None:
     assert vilt_word_map(token_map=[0, 100, 2001]).table[:, 0].tolist() == [0, 100, 2001]
 
 
+def test_a_vilt_checkpoint_folder_loads_its_weights(tmp_path: Path) -> None:
+    """A folder with weights given as the backbone loads them, model.pretrained or not (issue 37)."""
+    saved = tiny_vilt().features.vilt
+    saved.save_pretrained(tmp_path)
+    built = build_model("hf_vilt", 13, (3, 32, 32), source=str(tmp_path), token_map=list(range(64)),
+                        local_files_only=True)
+    mine, theirs = built.features.vilt.state_dict(), saved.state_dict()
+    assert all(torch.equal(mine[k], theirs[k]) for k in theirs)
+
+
 def test_other_hf_encoders_take_adapters_and_lora() -> None:
     small = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
     with torch.device("meta"):

@@ -12,6 +12,7 @@ Adapters (`insert_adapters`, target "auto" finds every `ViltOutput`), LoRA and p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,6 +24,13 @@ from fedhet.models.peft.prompt import prompts_of, splice_prompts
 from fedhet.models.vl_common import WordPieceMap, import_transformers, quiet_transformers, split_vl_input
 
 DEFAULT_SOURCE = "dandelin/vilt-b32-mlm"
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def has_weights(source: str) -> bool:
+    """Whether `source` is a local checkpoint folder holding weights (not just a config)."""
+    return Path(source).is_dir() and any((Path(source) / name).is_file() for name in WEIGHT_FILES)
 
 
 def _load_error(what: str, source: str, e: Exception) -> FedhetError:
@@ -112,8 +120,10 @@ def hf_vilt(
     token_map: Sequence[int] = (),
     local_files_only: bool = False,
 ) -> SplitModel:
-    """HF ViLT from `source` (name or folder; pretrained weights, else its config with random weights)."""
+    """HF ViLT from `source`: a checkpoint folder with weights always loads them (issue 37: it used to be silently
+    random unless model.pretrained=true); a hub name loads its weights with `model.pretrained=true`, else its
+    config with random weights (as does a config-only folder)."""
     check_image_shape("hf_vilt", input_shape)
     word_map = vilt_word_map(source, words=words, token_map=token_map, local_files_only=local_files_only)
-    vilt = load_vilt(source, pretrained=pretrained, local_files_only=local_files_only)
+    vilt = load_vilt(source, pretrained=pretrained or has_weights(source), local_files_only=local_files_only)
     return vilt_split_model(vilt, num_classes, word_map)
