@@ -5,7 +5,9 @@
 # report folders in docs/results/feddat/ and the paper-layout tables. Sweeps skip finished runs and resume
 # interrupted ones (a finished run made with another config is an error), so the script can be stopped and
 # restarted; stages run in this order unless one is named. SEEDS=1 runs seed 1 only (a quick look).
-#   bash benchmarks/feddat_tables.sh [pretrain|tables|ablation|switches|minilm|reports]
+#   bash benchmarks/feddat_tables.sh [pretrain|tables|ablation|switches|official|minilm|reports]
+# tables / ablation / switches were run (2026-11-24) with the paper's settings, the defaults before issue 37
+# (commit 5ff1e6b); `official` re-runs with the official code's defaults (docs/feddat.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FEDHET=${FEDHET:-.venv/bin/fedhet}
@@ -27,6 +29,9 @@ fi
 if [[ $what == all || $what == switches ]]; then
   for b in easy_vqa_domain easy_vqa_function; do $FEDHET sweep configs/feddat/switches.yaml --datasets "$b" --seeds "$SEEDS" -q; done
 fi
+if [[ $what == all || $what == official ]]; then
+  for b in easy_vqa_domain easy_vqa_function; do $FEDHET sweep configs/feddat/official.yaml --datasets "$b" --seeds "$SEEDS" -q; done
+fi
 if [[ $what == all || $what == minilm ]]; then
   $FEDHET sweep configs/feddat/minilm.yaml --seeds 1 -q
 fi
@@ -39,5 +44,6 @@ if [[ $what == all || $what == reports ]]; then
     runs/feddat_tables/easy_vqa_function/feddat --rows ablation --out $OUT/ablation.md
   [[ -d runs/feddat_switches ]] && $PY benchmarks/feddat_tables.py runs/feddat_switches runs/feddat_tables/easy_vqa_domain/feddat \
     runs/feddat_tables/easy_vqa_function/feddat --rows switches --out $OUT/switches.md
+  [[ -d runs/feddat_official ]] && $PY benchmarks/feddat_tables.py runs/feddat_official --rows official --out $OUT/official.md
   [[ -d runs/feddat_minilm ]] && $PY benchmarks/feddat_tables.py runs/feddat_minilm --out $OUT/minilm.md
 fi
