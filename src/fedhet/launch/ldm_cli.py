@@ -19,7 +19,7 @@ from typing import Any
 from fedhet.errors import UsageError
 
 PRETRAIN_ONLY = ("minutes", "resume", "overwrite")
-SAMPLES_ONLY = ("per_prompt", "guidance")
+SAMPLES_ONLY = ("per_prompt", "guidance", "num_threads")
 
 
 def add_ldm(sub: Any) -> None:
@@ -38,6 +38,8 @@ def add_ldm(sub: Any) -> None:
     ldm.add_argument("--per-prompt", type=int, default=None, help="samples: images per prompt (default 4)")
     ldm.add_argument("--guidance", type=float, default=None, help="samples: guidance scale (default 7.5)")
     ldm.add_argument("--seed", type=int, default=0, help="samples: the seed of the start noise")
+    ldm.add_argument("--num-threads", type=int, default=None,
+                     help="samples: torch threads (default: the usable cores, at most 4)")
     ldm.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     ldm.set_defaults(func=cmd_ldm)
 
@@ -79,7 +81,9 @@ def cmd_ldm(args: argparse.Namespace) -> int:
     settings = SampleSettings(per_prompt=defaults.per_prompt if args.per_prompt is None else args.per_prompt,
                               steps=defaults.steps if args.steps is None else args.steps,
                               guidance=defaults.guidance if args.guidance is None else args.guidance)
-    print(f"samples: {ldm_samples(args.config, Path(args.out), settings, args.seed)}")
+    grid = ldm_samples(args.config, Path(args.out), settings, args.seed, progress=not args.quiet,
+                       num_threads=args.num_threads)
+    print(f"samples: {grid}")
     return 0
 
 

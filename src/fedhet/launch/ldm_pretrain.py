@@ -172,9 +172,11 @@ def pretrain_ldm(cfg: LDMPretrainConfig, out: str | Path, *, resume: bool = Fals
     return LDMPretrained(out, True, True, meta)
 
 
-def ldm_samples(ckpt: str | Path, out: Path, settings: SampleSettings, seed: int = 0) -> Path:
+def ldm_samples(ckpt: str | Path, out: Path, settings: SampleSettings, seed: int = 0, progress: bool = False,
+                num_threads: int | None = None) -> Path:
     """Write the PNG sample grid (`write_sample_grid`: domain x class) of the checkpoint `ckpt` that
-    `pretrain_ldm` wrote (its fedhet_ldm.json names the prompts) to `out`."""
+    `pretrain_ldm` wrote (its fedhet_ldm.json names the prompts) to `out`, with `num_threads` torch threads
+    (default: `default_threads`)."""
     if out.is_dir() or out.suffix.lower() != ".png":
         raise FedhetError(f"--out '{out}': give a .png file name for the sample grid")
     check_plot_file(out, "--out")
@@ -186,6 +188,16 @@ def ldm_samples(ckpt: str | Path, out: Path, settings: SampleSettings, seed: int
         what = "is not a folder" if not root.is_dir() else f"has no {META_FILE} (with the prompts it was trained on)"
         raise FedhetError(f"'{root}' {what}: fedhet ldm samples takes a checkpoint folder written by fedhet ldm "
                           "pretrain")
-    parts = load_components(root)
-    sources = [(str(s["domain"]), [str(c) for c in s["classes"]]) for s in meta["sources"]]
-    return write_sample_grid(parts, str(meta["template"]), sources, settings, out, seed)
+    if num_threads is not None and num_threads < 1:
+        raise FedhetError(f"--num-threads must be >= 1, got {num_threads}")
+    with torch_threads(num_threads or default_threads()):
+        parts = load_components(root)
+        sources = [(str(s["domain"]), [str(c) for c in s["classes"]]) for s in meta["sources"]]
+        return write_sample_grid(parts, str(meta["template"]), sources, settings, out, seed, progress)
+
+
+def default_threads() -> int:
+    """torch threads for sampling when none are given: the cores this process may use, at most 4 (more threads
+    only add contention for a small UNet)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(4, cores))

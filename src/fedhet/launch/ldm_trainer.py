@@ -114,8 +114,13 @@ class LDMTrainer:
                 bar.update(cfg.vae.steps - self.state["step"])
                 self.state.update(stage="unet", step=0)
                 self.save()
-            self._prepare_unet()
-            unet_budget = None if budget is None else budget - self.state["elapsed"]["vae"]
+            bar.set_description(f"ldm pretrain: encoding the pool ({len(self.pool.images)} images)")
+            started = time.monotonic()
+            self._prepare_unet()  # the pool's encoding counts against the budget (it takes minutes on a CPU)
+            encode = self.state["elapsed"].get("encode", 0.0) + time.monotonic() - started
+            self.state["elapsed"]["encode"] = encode
+            bar.set_description("ldm pretrain")
+            unet_budget = None if budget is None else budget - self.state["elapsed"]["vae"] - encode
             return self._loop("unet", cfg.unet.steps, self._unet_step, unet_budget, stop_after, bar)
         finally:
             bar.close()

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
+from tqdm.auto import tqdm
 
 from fedhet.atomic import atomic_write
 from fedhet.models.ldm.client import FedBiPUpload
@@ -49,11 +50,21 @@ def prompt_samples(parts: LDMComponents, template: str, domain: str, word: str, 
 
 
 def sample_blocks(parts: LDMComponents, template: str, sources: Sequence[tuple[str, Sequence[str]]],
-                  settings: SampleSettings, seed: int = 0) -> list[tuple[str, list[str], torch.Tensor]]:
-    """[(domain, class words, images (C, n, 3, H, W))] for every (domain, class) prompt, seeded."""
+                  settings: SampleSettings, seed: int = 0, progress: bool = False
+                  ) -> list[tuple[str, list[str], torch.Tensor]]:
+    """[(domain, class words, images (C, n, 3, H, W))] for every (domain, class) prompt, seeded; `progress`: a
+    bar over the prompts."""
     generator = torch.Generator().manual_seed(seed)
-    return [(domain, list(words), torch.stack([prompt_samples(parts, template, domain, w, settings, generator)
-                                               for w in words])) for domain, words in sources]
+    bar = tqdm(total=sum(len(words) for _, words in sources), disable=not progress, unit="prompt", desc="samples")
+    blocks = []
+    for domain, words in sources:
+        images = []
+        for word in words:
+            images.append(prompt_samples(parts, template, domain, word, settings, generator))
+            bar.update()
+        blocks.append((domain, list(words), torch.stack(images)))
+    bar.close()
+    return blocks
 
 
 def _to_pil(image: torch.Tensor, scale: int) -> Image.Image:
@@ -86,7 +97,7 @@ def render_grid(blocks: Sequence[tuple[str, list[str], torch.Tensor]], scale: in
 
 
 def write_sample_grid(parts: LDMComponents, template: str, sources: Sequence[tuple[str, Sequence[str]]],
-                      settings: SampleSettings, path: str | Path, seed: int = 0) -> Path:
+                      settings: SampleSettings, path: str | Path, seed: int = 0, progress: bool = False) -> Path:
     """Generate the grid (`sample_blocks`) and write it to `path` as PNG, atomically."""
-    grid = render_grid(sample_blocks(parts, template, sources, settings, seed))
+    grid = render_grid(sample_blocks(parts, template, sources, settings, seed, progress))
     return atomic_write(path, lambda tmp: grid.save(tmp, format="PNG"))
