@@ -22,7 +22,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(*config_and_overrides(args))
     if args.quiet:
         cfg.run.quiet = True
-    check_plan(SweepPlan([cfg]), prefix=False)  # method, method_args, dataset and model names: before any write
+    check_plan(SweepPlan([cfg]), prefix=False, statuses=False)  # method, dataset, model names: before any write
     allowed = tuple(k for text in args.allow_config_change or [] for k in csv_list(text, "--allow-config-change") or [])
     result = run_experiment(cfg, args.run_dir, resume=args.resume, stop_after=args.stop_after,
                             progress=not args.quiet, overwrite=args.overwrite, allow_changes=allowed)

@@ -112,3 +112,15 @@ def test_methods_lists_whole_descriptions_and_the_tuners(capsys) -> None:
     probe = "import sys, fedhet.cli; fedhet.cli.main(['methods']); print(sorted(m for m in sys.modules if 'torch' in m))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.rstrip().endswith("[]"), "fedhet methods imported torch"
+
+
+def test_run_checks_its_own_folder_not_the_default_one(tmp_path, capsys) -> None:
+    tiny = ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={width: 8}", "rounds=1",
+            "train.local_steps=1", "data.max_test_per_client=20", f"run.out_dir={tmp_path / 'runs'}", "--quiet"]
+    assert main(["run", *tiny]) == 0  # a finished run in the default folder
+    assert main(["run", *tiny, "train.lr=0.05", "--run-dir", str(tmp_path / "new")]) == 0
+    assert main(["run", *tiny, "--overwrite"]) == 0
+    capsys.readouterr()
+    assert main(["run", *tiny, "train.lr=0.05"]) == 2  # the run's own folder holds a run: its own error
+    err = capsys.readouterr().err
+    assert "already holds a checkpoint" in err and "--overwrite" in err and "sweep" not in err

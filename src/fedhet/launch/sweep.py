@@ -126,13 +126,14 @@ def _check_same_config(rundir: RunDirectory, cfg: ExperimentConfig) -> None:
                           "sweep another name (name=...), or delete that folder to run it again. Nothing was run.")
 
 
-def check_plan(plan: SweepPlan, prefix: bool = True) -> list[tuple[ExperimentConfig, str]]:
+def check_plan(plan: SweepPlan, prefix: bool = True, statuses: bool = True) -> list[tuple[ExperimentConfig, str]]:
     """Validate every planned run without loading data or training: the dataset name, the model (built, without
     pretrained weights, at the dataset's input shape when the registry knows it) and the method (its
     `method_args` validated and the algorithm constructed on that model, which catches e.g. FedBN on a model
     without BatchNorm). Returns (config, status) per run, status one of finished / resume / new; the first
     invalid run raises its ConfigError, prefixed with the run's label and seed (unless `prefix` is false, as for
-    the single run of `fedhet run`)."""
+    the single run of `fedhet run`). `statuses=False` skips the run folders (status "unchecked"): `fedhet run`
+    checks its own folder, the one `--run-dir` names, with `--overwrite` / `--resume` applied."""
     import torch
 
     from fedhet.algorithms import ALGORITHMS
@@ -166,7 +167,7 @@ def check_plan(plan: SweepPlan, prefix: bool = True) -> list[tuple[ExperimentCon
             if not prefix:
                 raise
             raise ConfigError(f"sweep run {cfg.variant} seed {cfg.seed} ({cfg.data.dataset}): {err}") from err
-        checked.append((cfg, run_status(run_dir_for(cfg), cfg.rounds, cfg)))
+        checked.append((cfg, run_status(run_dir_for(cfg), cfg.rounds, cfg) if statuses else "unchecked"))
     return checked
 
 
