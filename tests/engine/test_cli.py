@@ -109,7 +109,8 @@ def test_methods_lists_whole_descriptions_and_the_tuners(capsys) -> None:
     out = capsys.readouterr().out
     assert "ditto_mmd" in out and "fedbip" in out and "one-shot" in out and "fedhet tune" in out
     assert "(Algorithm 1)" in out  # FedAvg's description is not cut at its first line
-    probe = "import sys, fedhet.cli; fedhet.cli.main(['methods']); print(sorted(m for m in sys.modules if 'torch' in m))"
+    probe = ("import sys, fedhet.cli; fedhet.cli.main(['methods']); "
+             "print(sorted(m for m in sys.modules if 'torch' in m))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.rstrip().endswith("[]"), "fedhet methods imported torch"
 
