@@ -15,7 +15,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import yaml
 
@@ -112,22 +112,16 @@ class RunDirectory:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold an exclusive lock on the run directory, or raise RunDirError if another process holds it."""
+        """Hold an exclusive lock on the run directory, or raise RunDirError if another process holds it. Only
+        the holder may remove the lock file (a run that failed before writing anything leaves no folders), and it
+        does so while still holding it, so two starters can never both get in."""
         check_writable_path(self.path)
         created = [p for p in (self.path, *self.path.parents) if not p.exists()]
         _guard(self.path, lambda: self.path.mkdir(parents=True, exist_ok=True))
         lock_path = self.path / LOCK_FILE
-        fh = _guard(lock_path, lambda: open(lock_path, "a+"))
+        fh = self._acquire(lock_path)
         ok = False
         try:
-            if fcntl is not None:
-                try:
-                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    fh.seek(0)
-                    owner = fh.read().strip() or "unknown"
-                    raise RunDirError(f"run directory '{self.path}' is in use by another fedhet process (pid {owner}); "
-                                      "wait for it to finish, or choose another run.out_dir / name") from None
             fh.seek(0)
             fh.truncate()
             fh.write(str(os.getpid()))
@@ -135,13 +129,39 @@ class RunDirectory:
             yield
             ok = True
         finally:
-            fh.close()  # closing releases the lock
             if not ok and created and [p.name for p in self.path.iterdir()] == [LOCK_FILE]:
-                _remove_empty(self.path, lock_path, created)
+                _remove_empty(self.path, lock_path, created)  # while the lock is held
+            fh.close()  # closing releases the lock
+
+    def _acquire(self, lock_path: Path) -> IO[str]:
+        """The open, flock-ed lock file. A file unlinked between our open and our lock (its holder removed it)
+        is not the lock any more: lock the one now at `lock_path` instead."""
+        for _ in range(5):
+            fh = _guard(lock_path, lambda: open(lock_path, "a+"))
+            if fcntl is None:
+                return fh
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fh.seek(0)
+                owner = fh.read().strip() or "unknown"
+                fh.close()
+                raise RunDirError(f"run directory '{self.path}' is in use by another fedhet process (pid {owner}); "
+                                  "wait for it to finish, or choose another run.out_dir / name") from None
+            try:
+                same = os.fstat(fh.fileno()).st_ino == os.stat(lock_path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fh
+            fh.close()
+        raise RunDirError(f"run directory '{self.path}' is being started and removed by other fedhet processes; "
+                          "try again")
 
 
 def _remove_empty(path: Path, lock_path: Path, created: list[Path]) -> None:
-    """A run that failed before writing anything leaves no folders behind (only those this run created)."""
+    """A run that failed before writing anything leaves no folders behind (only those this run created); the
+    caller holds the lock."""
     with contextlib.suppress(OSError):
         lock_path.unlink()
         for folder in created:  # innermost first
