@@ -33,6 +33,10 @@ def test_unknown_top_level_key_in_override() -> None:
     ("server.fraction_fit=2", "server.fraction_fit"),
     ("rounds=0", "rounds must be >= 1"),
     ("train.batch_size=abc", "expected an integer"),
+    ("run.num_threads=0", "run.num_threads must be >= 1"),
+    ("run.num_threads=-1", "run.num_threads must be >= 1"),
+    ("label=..", "may not be . or .."),
+    ("label=.", "may not be . or .."),
 ])
 def test_bad_values_rejected(override: str, pattern: str) -> None:
     with pytest.raises(ConfigError, match=pattern):

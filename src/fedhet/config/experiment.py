@@ -48,8 +48,9 @@ class ExperimentConfig:
 
             import_plugins(self.imports)
         _check(self.rounds >= 1, f"rounds must be >= 1, got {self.rounds}")
-        _check(re.fullmatch(r"[A-Za-z0-9_.+-]*", self.label) is not None,
-               f"label may hold only letters, digits and _ . + - (it names a folder), got {self.label!r}")
+        _check(re.fullmatch(r"[A-Za-z0-9_.+-]*", self.label) is not None and self.label not in (".", ".."),
+               f"label may hold only letters, digits and _ . + - and may not be . or .. (it names a folder), got "
+               f"{self.label!r}")
         _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         for section in (self.data, self.train, self.server, self.eval, self.run, self.novel):
             section.validate()

@@ -202,6 +202,9 @@ class RunConfig:
 
     def validate(self) -> None:
         _check(self.checkpoint_every >= 1, "run.checkpoint_every must be >= 1")
+        _check(self.num_threads is None or self.num_threads >= 1,
+               f"run.num_threads must be >= 1 (torch threads), got {self.num_threads}; leave it unset (null) for "
+               "the libraries' default")
         _check(self.batched_max_clients is None or self.batched_max_clients >= 1,
                "run.batched_max_clients must be >= 1")
         _check(self.batched_memory_mb is None or self.batched_memory_mb > 0, "run.batched_memory_mb must be > 0")
