@@ -59,3 +59,30 @@ def test_a_missing_init_from_file_is_one_clear_error_before_anything_runs(tmp_pa
     err = capsys.readouterr().err
     assert "no such file; pretrain it first" in err and "Traceback" not in err
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_a_plain_state_dict_is_accepted(tmp_path) -> None:
+    source = build_model("small_cnn", 10, (3, 8, 8), width=4, embed_dim=8)
+    path = tmp_path / "plain.pt"
+    torch.save(source.state_dict(), path)
+    target = build_model("small_cnn", 10, (3, 8, 8), width=4, embed_dim=8)
+    assert load_backbone(target, path, head=False) == {}
+    assert all(torch.equal(target.state_dict()[k], v) for k, v in source.state_dict().items()
+               if not k.startswith("head."))
+
+
+class _Crafted:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (print, ("ran",))
+
+
+def test_a_crafted_file_is_refused_without_torchs_advice(tmp_path, capsys) -> None:
+    from fedhet.cli import main
+
+    path = tmp_path / "crafted.pt"
+    torch.save({"state": _Crafted()}, path)
+    assert main(["run", "--quiet", *SOURCE, f"model.init_from={path}", "rounds=1",
+                 "--run-dir", str(tmp_path / "r")]) == 2
+    captured = capsys.readouterr()
+    assert "was not loaded" in captured.err and "weights_only" not in captured.err
+    assert "ran" not in captured.out

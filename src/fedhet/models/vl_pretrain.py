@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import time
 from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass
@@ -137,15 +138,24 @@ def load_backbone(model: nn.Module, path: str | os.PathLike[str], head: bool = T
     """Load a `save_backbone` file into `model` (features strictly; the head if `head` and shapes match). A conv
     kernel pretrained on another number of input channels (RGB vs grey) is adapted (`adapt_input_channels`).
 
-    Returns the file's meta; a CheckpointError when it is missing, unreadable or does not fit the model.
+    A plain state_dict (name -> tensor, as `torch.save(model.state_dict(), path)` writes it) is read too.
+    Returns the file's meta ({} for a plain state_dict); a CheckpointError when it is missing, unreadable, holds
+    anything but tensors and plain values (nothing of it is run), or does not fit the model.
     """
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
-        state = blob["state"]
     except FileNotFoundError as e:
-        raise CheckpointError(f"no backbone checkpoint at {path}; run the pretraining first") from e
+        raise CheckpointError(f"no backbone checkpoint at '{path}'; run the pretraining first") from e
+    except pickle.UnpicklingError as e:  # torch's weights-only refusal: never suggest weights_only=False
+        raise CheckpointError(f"'{path}' holds objects other than tensors and plain values, so it was not loaded "
+                              "(nothing in it was run); give a file written by fedhet pretrain or a plain "
+                              "state_dict saved with torch.save(model.state_dict(), path)") from e
     except Exception as e:
-        raise CheckpointError(f"cannot read backbone checkpoint {path}: {str(e).splitlines()[0]}") from e
+        raise CheckpointError(f"cannot read backbone checkpoint '{path}': {str(e).splitlines()[0]}") from e
+    plain = isinstance(blob, dict) and blob and all(isinstance(v, torch.Tensor) for v in blob.values())
+    state = blob if plain else blob.get("state") if isinstance(blob, dict) else None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"'{path}' is neither a fedhet backbone file nor a state_dict (name -> tensor)")
     own = backbone_state(model)
     state = {k: adapt_input_channels(v, own[k]) if k in own else v for k, v in state.items()}
     body = {k for k in own if not k.startswith("head.")}
@@ -158,4 +168,4 @@ def load_backbone(model: nn.Module, path: str | os.PathLike[str], head: bool = T
     except RuntimeError as e:
         raise CheckpointError(f"backbone checkpoint {path} does not fit this model: "
                               f"{str(e).splitlines()[-1].strip()}") from e
-    return dict(blob.get("meta", {}))
+    return {} if plain else dict(blob.get("meta", {}))
