@@ -100,7 +100,7 @@ class ModelConfig:
     name: str = "small_cnn"
     args: dict[str, Any] = field(default_factory=dict)
     pretrained: bool = False
-    # a `fedhet pretrain` file (any model): the features start from it, the head stays freshly initialised
+    # a `fedhet pretrain` file or a plain state_dict (any model): the features start from it, the head stays fresh
     init_from: str | None = None
 
 
