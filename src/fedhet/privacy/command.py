@@ -42,6 +42,10 @@ def format_result(result: dict[str, Any]) -> list[str]:
     table4 = result["table4"]
     lines.append(f"Table 4 (pooled, mean non-member - mean member; lower = better privacy): entropy "
                  f"{table4['entropy']:.4f}, loss {table4['loss']:.4f}")
+    if not result.get("finished", True):
+        lines.insert(0, f"NOTE: this run is not finished: the model attacked is its latest checkpoint, after round "
+                        f"{result.get('round', '?')} of {result.get('rounds', '?')} (finish it with fedhet run "
+                        "CONFIG --resume for the deployed model's numbers)")
     return lines
 
 
