@@ -86,3 +86,4 @@ def test_a_crafted_file_is_refused_without_torchs_advice(tmp_path, capsys) -> No
     captured = capsys.readouterr()
     assert "was not loaded" in captured.err and "weights_only" not in captured.err
     assert "ran" not in captured.out
+

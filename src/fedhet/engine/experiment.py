@@ -142,6 +142,11 @@ def build_experiment(cfg: ExperimentConfig) -> Experiment:
     algorithm = build_algorithm(cfg, data, device, model_fn)
     log.info("built %s on %s: %d clients, %d classes, device %s", cfg.method, cfg.data.dataset,
              len(data.clients), data.num_classes, device)
+    if len(data.clients) < 2 and not method.centralized:
+        log.warning("the data gives %d client (%s), so this 'federation' of %s is local training on one client's "
+                    "data; give more domains (one folder / client value each) or split the pool with "
+                    "data.partition=iid (or dirichlet) data.num_clients=K", len(data.clients),
+                    ", ".join(c.name for c in data.clients) or "none", cfg.method)
     from fedhet.engine.novel import held_out
 
     novel = held_out(cfg.novel, [c.name for c in data.clients], cfg.seed)
