@@ -226,6 +226,11 @@ def cmd_flower(args: argparse.Namespace) -> int:
         return 0
     cfg = load_config(*config_and_overrides(args))
     run_dir = Path(args.run_dir) if args.run_dir else run_dir_for(cfg)
+    if args.workdir is not None or args.action == "app":
+        from fedhet.outpaths import check_output_dir
+
+        holds = "the Flower App" if args.action == "app" else "Flower's logs and FLWR_HOME"
+        check_output_dir(Path(args.workdir or "flower-app"), "--workdir", holds)
     if args.action == "simulate":
         from fedhet.runtimes.flower.simulation import run_flower_simulation
 

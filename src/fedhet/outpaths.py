@@ -26,12 +26,12 @@ def _check_parents(path: Path, flag: str) -> None:
             return
 
 
-def check_output_dir(path: Path, flag: str) -> Path:
-    """`path` may be (or become) a folder that fedhet writes files into."""
+def check_output_dir(path: Path, flag: str, holds: str = "report.md, report.csv and curves.png") -> Path:
+    """`path` may be (or become) a folder that fedhet writes files into (`holds`: what, for the message)."""
     if path.exists():
         if not path.is_dir():
             raise FedhetError(f"{flag} '{path}' is an existing file, not a folder; give a folder (it will hold "
-                              "report.md, report.csv and curves.png)")
+                              f"{holds})")
         if not os.access(path, os.W_OK | os.X_OK):
             raise FedhetError(f"{flag} '{path}': cannot write in it (permission denied); give a folder you can write")
         return path

@@ -125,3 +125,17 @@ def test_run_checks_its_own_folder_not_the_default_one(tmp_path, capsys) -> None
     assert main(["run", *tiny, "train.lr=0.05"]) == 2  # the run's own folder holds a run: its own error
     err = capsys.readouterr().err
     assert "already holds a checkpoint" in err and "--overwrite" in err and "sweep" not in err
+
+
+def test_output_folders_that_cannot_be_written_are_one_clear_error(tmp_path, capsys, monkeypatch) -> None:
+    from fedhet.errors import FedhetError
+    from fedhet.launch.ldm_pretrain import check_out
+
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    assert main(["flower", "app", "configs/quickstart.yaml", "--workdir", str(a_file)]) == 2
+    err = capsys.readouterr().err
+    assert "--workdir" in err and "is an existing file" in err and "Flower App" in err
+    monkeypatch.setattr("os.access", lambda *_: False)  # a read-only parent (the tests may run as root)
+    with pytest.raises(FedhetError, match="--out .*cannot write in"):
+        check_out(tmp_path / "ldm", "key", False)

@@ -80,6 +80,10 @@ def check_out(out: Path, key: str, overwrite: bool, resume: bool = False) -> dic
             if not parent.is_dir():
                 raise FedhetError(f"--out '{out}': '{parent}' is a file, not a folder; give a folder path for the "
                                   "LDM checkpoint")
+            writable = parent.parent if parent == out else parent  # the result is renamed into out's parent
+            if not os.access(writable, os.W_OK | os.X_OK):
+                raise FedhetError(f"--out '{out}': cannot write in '{writable}' (permission denied); give a folder "
+                                  "you can write for the LDM checkpoint")
             break
     if not out.is_dir():
         return None
