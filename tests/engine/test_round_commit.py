@@ -88,3 +88,30 @@ def test_resume_rewrites_metrics_from_the_checkpoint(tmp_path: Path) -> None:
     run_experiment(cfg(), tmp_path / "run", resume=True, stop_after=3)
     rounds = [json.loads(r)["round"] for r in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert sorted(set(rounds)) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_summary_is_written_completes_it_then_stops(tmp_path: Path, monkeypatch,
+                                                                       signum: int) -> None:
+    from fedhet.engine.rundir import RunDirectory
+
+    write = RunDirectory.write_summary
+
+    def interrupted_write(self: RunDirectory, summary: dict) -> None:
+        os.kill(os.getpid(), signum)  # arrives while the summary is being written
+        write(self, summary)
+
+    monkeypatch.setattr(RunDirectory, "write_summary", interrupted_write)
+    with pytest.raises(Interrupted, match="interrupted as the run finished; its results are complete"):
+        run_experiment(cfg(), tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["rounds_completed"] == 4 and "traffic_per_client_round" in summary
+
+
+def test_a_run_resumed_before_its_summary_keeps_its_traffic(tmp_path: Path, straight: Path) -> None:
+    run = tmp_path / "run"
+    run_experiment(cfg(), run)
+    (run / "summary.json").unlink()  # killed after the final checkpoint, before the summary
+    run_experiment(cfg(), run, resume=True)
+    before = json.loads((straight / "summary.json").read_text())["traffic_per_client_round"]
+    assert json.loads((run / "summary.json").read_text())["traffic_per_client_round"] == before

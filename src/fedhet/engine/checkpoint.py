@@ -85,11 +85,13 @@ def config_differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tu
 
 def save_checkpoint(path: Path, *, config: dict[str, Any], round: int, server: Any, clients: Any,
                     metrics: list[dict[str, Any]], elapsed: float,
-                    config_changes: list[dict[str, Any]] | None = None) -> None:
-    """Write a checkpoint atomically (the previous file stays valid until the new one is complete)."""
+                    config_changes: list[dict[str, Any]] | None = None,
+                    traffic: dict[str, float] | None = None) -> None:
+    """Write a checkpoint atomically (the previous file stays valid until the new one is complete). `traffic`:
+    the last trained round's per-client traffic, for the summary of a run resumed after its last round."""
     payload = {"format": FORMAT, "fingerprint": fingerprint(config), "method": config.get("method"),
                "config": config, "round": round, "server": server, "clients": clients, "metrics": metrics,
-               "elapsed": elapsed, "config_changes": list(config_changes or [])}
+               "elapsed": elapsed, "config_changes": list(config_changes or []), "traffic": dict(traffic or {})}
     atomic_torch_save(payload, path)
 
 

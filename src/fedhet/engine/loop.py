@@ -120,6 +120,7 @@ class RoundLoop:
         payload = load_checkpoint(self.dir.latest_checkpoint, self.checkpoint_config(), allow_changes)
         self.round, self.server, self.metrics = payload["round"], payload["server"], payload["metrics"]
         self.elapsed, self.config_changes = payload["elapsed"], payload["config_changes"]
+        self.traffic = dict(payload.get("traffic", {}))  # checkpoints before it was kept have none
         self.clients.set_states(payload["clients"])
         self._committed, self._saved_round = self._snapshot(), self.round
         self.clients.on_disk()
@@ -136,7 +137,7 @@ class RoundLoop:
     def checkpoint(self) -> None:
         save_checkpoint(self.dir.latest_checkpoint, config=self.checkpoint_config(), round=self.round,
                         server=self.server, clients=self.clients.get_states(), metrics=self.metrics,
-                        elapsed=self.elapsed, config_changes=self.config_changes)
+                        elapsed=self.elapsed, config_changes=self.config_changes, traffic=self.traffic)
         self._saved_round = self.round
         self.clients.on_disk()
         self._phase("checkpoint_saved", self.round)
@@ -224,8 +225,13 @@ class RoundLoop:
                     log.info("training diverged in round %d; the checkpoint of round %d is in %s",
                              self.round + 1, self.round, self.dir.latest_checkpoint)
                 raise
-        bar.close()
-        return self.finish()
+            bar.close()
+            try:
+                with signals.deferred():  # the summary is written whole, then a Ctrl-C / SIGTERM stops
+                    return self.finish()
+            except KeyboardInterrupt as err:
+                raise Interrupted(f"interrupted as the run finished; its results are complete in {self.dir.path}"
+                                  ) from err
 
     def stop_at_last_commit(self, signals: StopSignals) -> None:
         """Return to the last completed round and write its checkpoint, unless the one on disk is of that round
