@@ -190,3 +190,24 @@ def test_a_crafted_client_state_is_refused_and_runs_nothing(tmp_path: Path) -> N
                                                  "fedhet states .*posix.system.*was not loaded"):
         state_from_bytes(state_to_bytes(state))
     assert not marker.exists()
+
+
+def test_an_idle_unauthenticated_peer_does_not_block_the_client_app(worker_socket: Path) -> None:
+    """A local process that connects and says nothing is cut off after the handshake timeout, and the
+    ClientApp is served meanwhile; the socket is the worker user's alone."""
+    import socket
+    import stat
+    import time
+
+    idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    idle.connect(str(worker_socket))  # never answers the challenge
+    try:
+        start = time.monotonic()
+        assert _partition(node_app.forward("query", RecordDict(), _context(str(worker_socket)))) == 1
+        assert time.monotonic() - start < Worker.HANDSHAKE_SECONDS
+        idle.settimeout(Worker.HANDSHAKE_SECONDS + 10)
+        idle.recv(1024)  # the challenge
+        assert idle.recv(1024) == b""  # then hung up on, after the timeout
+    finally:
+        idle.close()
+    assert stat.S_IMODE(worker_socket.stat().st_mode) == 0o700
