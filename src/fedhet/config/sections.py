@@ -199,9 +199,15 @@ class RunConfig:
     # lanes of different batch sizes split their batches into micro-batches of the sizes' gcd and train as one group
     # (runtimes/batched/accumulate.py): equal to in-process up to float rounding, not bit for bit
     batched_accumulate: bool = False
+    # experiment tracking per round (engine/tracking.py): csv | tensorboard | mlflow | wandb
+    loggers: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         _check(self.checkpoint_every >= 1, "run.checkpoint_every must be >= 1")
+        known = ("csv", "tensorboard", "mlflow", "wandb")
+        for name in self.loggers:
+            _check(name in known, f"run.loggers: unknown logger '{name}'{nearest(name, known)}; choose from "
+                                  f"{', '.join(known)}")
         _check(self.num_threads is None or self.num_threads >= 1,
                f"run.num_threads must be >= 1 (torch threads), got {self.num_threads}; leave it unset (null) for "
                "the libraries' default")

@@ -21,6 +21,7 @@ from fedhet.engine.experiment import Experiment
 from fedhet.engine.rounds import fit_and_aggregate, sample_round
 from fedhet.engine.rundir import RunDirectory, client_rows
 from fedhet.engine.signals import StopSignals
+from fedhet.engine.tracking import Tracker, open_trackers, round_record
 from fedhet.errors import ConfigError, FedhetError, TrainingDivergedError
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,8 @@ class RoundLoop:
         self.metrics: list[dict[str, Any]] = []
         self.config_changes: list[dict[str, Any]] = []
         self.traffic: dict[str, float] = {}  # the last trained round's, per client (core.messages.traffic)
+        self.train_losses: dict[str, float] = {}  # the last trained round's, per client name (`train_loss`)
+        self.trackers: list[Tracker] = []  # run.loggers (engine/tracking.py), open while `run` runs
         self._committed = self._snapshot()
         self._saved_round = -1  # the round of the checkpoint on disk (-1: none written by or read into this loop)
         self._reopened = False  # a finished run resumed to be extended: summary.json is stale
@@ -151,6 +154,9 @@ class RoundLoop:
         sampled = sample_round(self.exp, self.clients.num_train_clients, rnd)
         trained = fit_and_aggregate(self.exp, self.alg, self.server, rnd, sampled, self.clients.fit)
         self.server, self.traffic = trained.server, trained.traffic
+        names = self.exp.arrangement.train
+        self.train_losses = {names[r.client_id].name: float(loss) for r in trained.replies
+                             if isinstance(loss := r.message.scalars.get("train_loss"), (int, float))}
 
     def evaluate_round(self, rnd: int) -> float:
         """Evaluate every training client's deployed model (held-out clients wait for the end); returns the
@@ -189,6 +195,10 @@ class RoundLoop:
             if self._reopened:
                 self.dir.summary_path.unlink(missing_ok=True)
                 self._reopened = False
+        if self.trackers:
+            record = round_record(rnd, self.metrics, self.train_losses, time.perf_counter() - start, self.traffic)
+            for tracker in self.trackers:
+                tracker.log_round(record)
         self._phase("end", rnd)
         return acc
 
@@ -199,6 +209,16 @@ class RoundLoop:
 
     # -------------------------------------------------------------- the loop
     def run(self, stop_after: int | None = None) -> RunResult:
+        """Play the remaining rounds (up to `stop_after`), then write the summary; trackers follow each round."""
+        self.trackers = open_trackers(self.cfg.run.loggers, self.dir.path, self.round, self.cfg.name,
+                                      self.cfg.to_dict())
+        try:
+            return self._run(stop_after)
+        finally:
+            for tracker in self.trackers:
+                tracker.close()
+
+    def _run(self, stop_after: int | None) -> RunResult:
         cfg = self.cfg
         last = cfg.rounds if stop_after is None else min(cfg.rounds, stop_after)
         bar = tqdm(total=cfg.rounds, initial=self.round, desc=f"{cfg.variant}/{cfg.data.dataset}/s{cfg.seed}",
