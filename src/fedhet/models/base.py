@@ -92,9 +92,39 @@ def build_model(
     if not shape or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in shape):
         raise ConfigError(f"model '{name}': input_shape must be positive integers, got {input_shape!r}")
     model = factory(num_classes, shape, bool(pretrained), **args)
-    if not isinstance(model, SplitModel):  # pragma: no cover - guards new registrations
-        raise TypeError(f"model factory '{name}' returned {type(model).__name__}, not SplitModel")
+    if not isinstance(model, SplitModel):
+        raise ConfigError(f"model factory '{name}' returned {type(model).__name__}, not a fedhet.models.SplitModel "
+                          "(features + head; docs/models.md)")
+    if not getattr(factory, "__module__", "").startswith("fedhet.models"):
+        check_plugin_shapes(name, model, shape)
     return model
+
+
+def check_plugin_shapes(name: str, model: SplitModel, shape: tuple[int, ...]) -> None:
+    """A plug-in model's features give (B, feature_dim) and its head takes them, on a zero batch of `shape` (eval
+    mode, no gradient: nothing is updated); else one ConfigError naming both sizes (docs/models.md)."""
+    if len(shape) not in (1, 3):  # text / VQA inputs are not one tensor
+        return
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            try:
+                u = model.features(torch.zeros(2, *shape))
+            except RuntimeError as err:
+                raise ConfigError(f"model '{name}': its features fail on an input of shape {shape} (the data's): "
+                                  f"{str(err).splitlines()[0]}") from err
+            if not isinstance(u, torch.Tensor) or u.dim() != 2 or u.shape[1] != model.feature_dim:
+                got = tuple(u.shape) if isinstance(u, torch.Tensor) else type(u).__name__
+                raise ConfigError(f"model '{name}': its features return {got} for a batch of 2, but feature_dim is "
+                                  f"{model.feature_dim}: they must return (batch, feature_dim) (docs/models.md)")
+            try:
+                model.head(u)
+            except RuntimeError as err:
+                raise ConfigError(f"model '{name}': its head does not take the features' (2, {model.feature_dim}): "
+                                  f"{str(err).splitlines()[0]}") from err
+    finally:
+        model.train(was_training)
 
 
 def check_norm(model: str, norm: str) -> None:
