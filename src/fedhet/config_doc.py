@@ -69,7 +69,7 @@ SWEEP_MEANINGS = {
     "overrides": "method or variant -> settings applied to its runs only",
 }
 SECTIONS = (("data", C.DataConfig), ("model", C.ModelConfig), ("train", C.TrainConfig),
-            ("server", C.ServerConfig), ("eval", C.EvalConfig), ("run", C.RunConfig))
+            ("server", C.ServerConfig), ("eval", C.EvalConfig), ("run", C.RunConfig), ("novel", C.NovelConfig))
 
 
 def render_value(value: Any) -> str:

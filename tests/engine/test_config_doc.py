@@ -44,3 +44,8 @@ def test_page_is_what_the_code_renders() -> None:
                          f"{page[diff] if diff < len(page) else '(end)'!r} vs " \
                          f"{want[diff] if diff < len(want) else '(end)'!r}; {REGENERATE}"
 
+
+
+def test_every_section_is_on_the_page() -> None:
+    sections = {f.name for f in dataclasses.fields(C.ExperimentConfig) if dataclasses.is_dataclass(default_of(f))}
+    assert sections == {name for name, _ in SECTIONS}, "a config section is missing from fedhet.config_doc.SECTIONS"

@@ -18,12 +18,12 @@ class NovelConfig:
     personal (the parameters the method keeps local) | all. lr: None = train.lr. reach: epochs-to-reach counts the
     first epoch whose test accuracy is >= reach x the best of the adaptation."""
 
-    holdout: float = 0.0
-    clients: list[str] = field(default_factory=list)
-    epochs: int = 10
-    part: str = "auto"
-    lr: float | None = None
-    reach: float = 0.99
+    holdout: float = 0.0  # share of the clients held out of training (chosen by seed); 0: none
+    clients: list[str] = field(default_factory=list)  # or the held-out clients by name (not both)
+    epochs: int = 10  # adaptation epochs of each held-out client after training
+    part: str = "auto"  # what adapts: auto | embedding | hypernetwork | personal | all (see above)
+    lr: float | None = None  # adaptation learning rate (null: train.lr)
+    reach: float = 0.99  # epochs-to-reach: the first epoch with test accuracy >= reach x the adaptation's best
 
     @property
     def active(self) -> bool:
