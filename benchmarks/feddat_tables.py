@@ -22,14 +22,16 @@ ROWS = {"tables": ["clf_l", "adapter_l", "full_l", "lora", "prompt", "bias", "ad
         "ablation": ["feddat", "no_frozen_teacher", "no_client_adapter", "no_reverse_kl", "inference_dat",
                      "inference_client"],
         "switches": ["feddat", "official", "ramp_constant", "ramp_over_run"],
-        "official": ["feddat", "feddat_per_batch", "adapter", "lora_official", "lora_peft"]}
+        "official": ["feddat", "feddat_per_batch", "adapter", "lora_official", "lora_peft", "feddat_paper",
+                     "adapter_paper"]}
 NAMES = {"clf_l": "clf-L", "adapter_l": "Adapter-L", "full_l": "full-L*", "lora": "LoRA", "prompt": "prompt",
          "bias": "bias (BitFit)", "adapter": "Adapter (+FedAvg)", "full": "full*", "feddat": "FedDAT",
          "no_frozen_teacher": "w/o Â_s", "no_client_adapter": "w/o A_c", "no_reverse_kl": "w/o KL(z_DAT‖z_s)",
          "inference_dat": "inference DAT", "inference_client": "inference A_c",
          "official": "official code (sequential, constant ramp, T = 3 with T², betas 0.98)",
          "feddat_per_batch": "FedDAT, schedule ticked once a batch", "lora_official": "LoRA (official: fresh W_q, W_v)",
-         "lora_peft": "LoRA (peft: pretrained W_q, W_v kept)",
+         "lora_peft": "LoRA (peft: pretrained W_q, W_v kept)", "feddat_paper": "FedDAT, the paper's settings",
+         "adapter_paper": "Adapter, the paper's settings",
          "ramp_constant": "constant ramp (alpha = beta = 1)", "ramp_over_run": "ramp over the run (T_0 = all steps)"}
 
 

@@ -45,5 +45,8 @@ if [[ $what == all || $what == reports ]]; then
   [[ -d runs/feddat_switches ]] && $PY benchmarks/feddat_tables.py runs/feddat_switches runs/feddat_tables/easy_vqa_domain/feddat \
     runs/feddat_tables/easy_vqa_function/feddat --rows switches --out $OUT/switches.md
   [[ -d runs/feddat_official ]] && $PY benchmarks/feddat_tables.py runs/feddat_official --rows official --out $OUT/official.md
+  # the cut re-run of docs/results/feddat.md (Domain, 10 rounds): rounds=10 eval.every=10 name=feddat_official_r10
+  [[ -d runs/feddat_official_r10 ]] && $PY benchmarks/feddat_tables.py runs/feddat_official_r10 runs/feddat_paper_r10 \
+    --rows official --out $OUT/official_r10.md
   [[ -d runs/feddat_minilm ]] && $PY benchmarks/feddat_tables.py runs/feddat_minilm --out $OUT/minilm.md
 fi
