@@ -69,8 +69,8 @@ def write_flower_app(folder: str | Path, config: dict[str, Any], run_dir: str | 
     run_config = "\n".join([
         "# the experiment as dotted keys (change any: `flwr run --run-config \"train.lr=0.05 rounds=5\"`); a",
         "# string is read as YAML like a fedhet key=value override. num-server-rounds / lr / local-epochs:",
-        "# Flower-style",
-        "# aliases of rounds / train.lr / train.local_epochs, 0 = not set",
+        "# Flower-style aliases of rounds / train.lr / train.local_epochs with their values (a stock ClientApp",
+        "# reads them); change one or its key, not both (fedhet-aliases-written: the values written here)",
         *(f"{toml_key(k)} = {toml_value(v)}" for k, v in settings.to_run_config().items())])
     (folder / "pyproject.toml").write_text(flower_app_pyproject(
         "fedhet-flower-app", f"fedhet experiment {config.get('name', '')} ({config.get('method', '')}) on Flower",

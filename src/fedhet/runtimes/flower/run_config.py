@@ -10,8 +10,11 @@ is one ConfigError naming it (and the nearest valid key). Flower itself refuses 
 pyproject does not list ("Key ... is not present in the main dictionary").
 
 Besides the experiment, the run config holds the runtime settings (`run-dir`, `resume`, ..., RUNTIME_KEYS) and
-three Flower-style aliases, 0 meaning "not set": `num-server-rounds` (rounds), `lr` (train.lr), `local-epochs`
-(train.local_epochs).
+three Flower-style aliases with the experiment's values: `num-server-rounds` (rounds), `lr` (train.lr),
+`local-epochs` (train.local_epochs), so a stock Flower ClientApp that reads them (as Flower's quickstarts do) trains
+as the experiment says. ALIAS_WRITTEN records the values the App was written with: an alias changed by
+`--run-config` sets its key; changing an alias and its key to different values is an error. (Apps written before
+that key existed used 0 for "not set".)
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ RunConfigValue = bool | int | float | str
 RUNTIME_KEYS: dict[str, type] = {"run-dir": str, "wait-for-nodes": float, "poll-interval": float,
                                  "client-state-dir": str, "resume": bool, "stop-after": int, "partition-query": bool}
 ALIASES = {"num-server-rounds": "rounds", "lr": "train.lr", "local-epochs": "train.local_epochs"}
+ALIAS_WRITTEN = "fedhet-aliases-written"  # JSON {alias: value} of the App as written (not an experiment key)
 
 
 def encode(value: Any) -> RunConfigValue:
@@ -58,7 +62,9 @@ def experiment_run_config(config: dict[str, Any]) -> dict[str, RunConfigValue]:
     from fedhet.engine.experiment import method_params
 
     full = {**config, "method_args": dataclasses.asdict(method_params(load_config(base=config)))}
-    return {**flatten(full), **{alias: 0 for alias in ALIASES}}
+    flat = flatten(full)
+    aliases = {alias: flat[target] for alias, target in ALIASES.items()}
+    return {**flat, **aliases, ALIAS_WRITTEN: json.dumps(aliases)}
 
 
 def read_run_config(run_config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -68,13 +74,10 @@ def read_run_config(run_config: dict[str, Any]) -> tuple[dict[str, Any], dict[st
     runtime = {k: _runtime(k, run_config[k]) for k in RUNTIME_KEYS if k in run_config}
     tree: dict[str, Any] = {}
     for key, value in run_config.items():
-        if key in RUNTIME_KEYS or key in ALIASES:
+        if key in RUNTIME_KEYS or key in ALIASES or key == ALIAS_WRITTEN:
             continue
         set_path(tree, key, _yaml_value(key, value))
-    for alias, target in ALIASES.items():
-        value = run_config.get(alias, 0)
-        if value not in (0, None, ""):
-            set_path(tree, target, _yaml_value(alias, value))
+    _apply_aliases(run_config, tree)
     if not tree:
         raise ConfigError("the Flower run config holds no fedhet experiment keys (method, rounds, train.lr, ...); "
                           "write the App with `fedhet flower app CONFIG` or list the keys in [tool.flwr.app.config]")
@@ -84,6 +87,26 @@ def read_run_config(run_config: dict[str, Any]) -> tuple[dict[str, Any], dict[st
     except ConfigError as err:
         raise ConfigError(f"Flower run config: {err} (runtime keys: {known})") from None
     return cfg.to_dict(), runtime
+
+
+def _apply_aliases(run_config: dict[str, Any], tree: dict[str, Any]) -> None:
+    """Set the key of every alias the user changed from the value the App was written with (module docstring)."""
+    written = json.loads(run_config[ALIAS_WRITTEN]) if isinstance(run_config.get(ALIAS_WRITTEN), str) else {}
+    for alias, target in ALIASES.items():
+        if alias not in run_config:
+            continue
+        value = _yaml_value(alias, run_config[alias])
+        before = written.get(alias, 0)  # an App without the record wrote 0 for "not set"
+        if value in (None, "") or value == before:
+            continue
+        current = tree
+        for part in target.split(".")[:-1]:
+            current = current.get(part, {}) if isinstance(current, dict) else {}
+        mine = current.get(target.split(".")[-1], before) if isinstance(current, dict) else before
+        if written and mine not in (before, value):
+            raise ConfigError(f"the run config changes both {alias} ({before} -> {value}) and {target} "
+                              f"({before} -> {mine}); set one of them")
+        set_path(tree, target, value)
 
 
 def _yaml_value(key: str, value: Any) -> Any:
