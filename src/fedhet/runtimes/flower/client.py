@@ -66,6 +66,9 @@ def _setup(setup: ClientSetup | dict[str, Any]) -> ClientSetup:
     return setup if isinstance(setup, ClientSetup) else ClientSetup(config=setup)
 
 
+_EXPECTED: dict[int, dict[str, tuple[int, ...]]] = {}  # id(experiment) -> its broadcast's array shapes
+
+
 def experiment_for(config: dict[str, Any]) -> Experiment:
     """The Experiment of this config, built once per process (data, model factory, algorithm)."""
     key = json.dumps(config, sort_keys=True, default=str)
@@ -73,6 +76,27 @@ def experiment_for(config: dict[str, Any]) -> Experiment:
         _EXPERIMENTS.clear()
         _EXPERIMENTS[key] = build_experiment(load_config(base=config))
     return _EXPERIMENTS[key]
+
+
+def check_stock_arrays(exp: Experiment, arrays: dict[str, Any]) -> None:
+    """What a stock Flower server sends must be what this method broadcasts: the same array names and shapes
+    (fedhet's own server sends them by construction); else one FedhetError naming the arrays, before training."""
+    if id(exp) not in _EXPECTED:
+        _EXPECTED.clear()
+        sample = exp.algorithm.broadcast(exp.init_server(), exp.round_info(1), 0)
+        _EXPECTED[id(exp)] = {k: tuple(v.shape) for k, v in sample.arrays.items()}
+    expected = _EXPECTED[id(exp)]
+    missing, unknown = sorted(set(expected) - set(arrays)), sorted(set(arrays) - set(expected))
+    problems = [f"missing {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}" if missing else "",
+                f"unknown {', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}" if unknown else ""]
+    shapes = [f"{k}: {tuple(arrays[k].shape)}, expected {expected[k]}" for k in sorted(set(expected) & set(arrays))
+              if tuple(arrays[k].shape) != expected[k]]
+    problems += [f"shape of {shapes[0]}" + (f" (and {len(shapes) - 1} more)" if len(shapes) > 1 else "")] \
+        if shapes else []
+    if any(problems):
+        raise FedhetError(f"the server's arrays do not fit {exp.config.method} on {exp.config.model.name}: "
+                          f"{'; '.join(p for p in problems if p)}. A stock strategy must send the arrays this "
+                          "method broadcasts (its initial_arrays from the same model and method: docs/flower.md)")
 
 
 def client_id(context: Context, exp: Experiment) -> int:
@@ -185,6 +209,7 @@ def _request(content: RecordDict, context: Context, setup: ClientSetup, fit: boo
     request = read_request(content)
     state_round = request.state_round
     if state_round is None:  # a stock Flower server: continue from the latest state (of an earlier round, to fit)
+        check_stock_arrays(exp, request.message.arrays)
         state_round = latest_state_round(context, setup, cid, request.round if fit else request.round + 1)
     prune_states(context, setup, cid, request.round, {state_round, *request.keep_rounds})
     return exp, cid, request, state_round
