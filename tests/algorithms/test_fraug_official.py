@@ -150,7 +150,7 @@ def test_stage1_loss_is_the_official_mix() -> None:
     work = alg.start(Message(arrays=alg.init_server().model), alg.init_client(0), ctx())
     work.mix = 0.3
     x, y = torch.randn(4, 4), T([0, 1, 0, 1])
-    want_real = F.cross_entropy(copy.deepcopy(work.model)(x), y)
+    want_real = F.cross_entropy(copy.deepcopy(work.model)(x), y).detach()
     alg.augment = lambda w, u, yy: (Draws(yy[:0], None, yy[:0]), torch.tensor(2.0))  # type: ignore[method-assign]
     alg.stage2 = lambda *a: torch.zeros(6)  # type: ignore[method-assign]
     optimizers = PassOptimizers(alg.passes(work)[0].optimizers, {}, "test")
