@@ -46,7 +46,7 @@ class FedExState:
     baseline: float | None = None  # the last round's weighted error (kept for the log)
     trace: list[float] = field(default_factory=list)
     discount: float = 0.0
-    sched: str = "auto"
+    sched: str = "auto"  # a checkpoint from before issue 37 keeps its rule; fedex_start passes tune.fedex_sched
 
     @property
     def theta(self) -> np.ndarray:
