@@ -145,7 +145,9 @@ def load_backbone(model: nn.Module, path: str | os.PathLike[str], head: bool = T
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError as e:
-        raise CheckpointError(f"no backbone checkpoint at '{path}'; run the pretraining first") from e
+        raise CheckpointError(f"no backbone checkpoint at '{path}'; make it first with `fedhet pretrain CONFIG --out "
+                              f"{path}` (FedDAT's stand-in backbone: `fedhet pretrain configs/feddat/pretrain.yaml "
+                              f"--out {path} --epochs 20`, docs/feddat.md)") from e
     except pickle.UnpicklingError as e:  # torch's weights-only refusal: never suggest weights_only=False
         raise CheckpointError(f"'{path}' holds objects other than tensors and plain values, so it was not loaded "
                               "(nothing in it was run); give a file written by fedhet pretrain or a plain "
