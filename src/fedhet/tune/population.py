@@ -79,7 +79,9 @@ class Population:
                                            beta0=member.beta0, eps=t.eps0, mode=t.fedex_candidates,
                                            discount=t.fedex_baseline, sched=t.fedex_sched)
                 member.beta0 = member.fedex.mle()
-            member.betas = [dict(member.fedex.candidates[j]) for j in self.fedex_choice(member, rnd, k)]
+            # the candidate each active client trains with, drawn from theta on the round's own stream
+            drawn = fedex_draw(member.fedex, k, self.rng("fedex", rnd, member.slot))
+            member.betas = [dict(member.fedex.candidates[j]) for j in drawn]
             return member.betas
         if self.tune.clients == "fixed" or not self.space.client.dims:
             return [dict(member.beta0) for _ in range(k)]
@@ -176,17 +178,12 @@ class Population:
                                                                              strict=True)]
         member.betas = betas
 
-    def fedex_choice(self, member: Member, rnd: int, k: int) -> list[int]:
-        """The candidate each of the round's k active clients trains with, drawn from the member's theta on the
-        round's own stream (so the update after training re-derives the same draw)."""
-        assert member.fedex is not None
-        return fedex_draw(member.fedex, k, self.rng("fedex", rnd, member.slot))
-
     def fedex_update(self, member: Member, rnd: int, replies: list[Reply]) -> None:
         """One exponentiated-gradient step of the member's FedEx distribution on this round's draws (each reply's
         validation error after local training); beta^0 is its most likely candidate afterwards."""
         assert member.fedex is not None
-        chosen = self.fedex_choice(member, rnd, len(replies))  # theta has not moved since the draw
+        # the draw `local_vectors` made: the round's own stream, and theta has not moved since
+        chosen = fedex_draw(member.fedex, len(replies), self.rng("fedex", rnd, member.slot))
         errors = [1.0 - float(r.message.scalars["check_accuracy"]) for r in replies]
         weights = [len(self.exp.data.clients[r.client_id].val) for r in replies]  # type: ignore[arg-type]
         member.fedex = fedex_step(member.fedex, chosen, errors, weights)
