@@ -25,11 +25,15 @@ EXTRA_FOLDERS = {"fashion_mnist": ("/usr/share/datasets/fashion-mnist",)}  # Deb
 
 
 def render_catalog() -> list[dict[str, Any]]:
-    """The catalog from the live registry (imports every loader)."""
+    """The catalog of fedhet's own datasets from the live registry (imports every loader)."""
     from fedhet.data import dataset_info, list_datasets
+    from fedhet.data.registry import get_spec
 
     out = []
     for name in list_datasets():
+        loader = get_spec(name).loader
+        if not getattr(getattr(loader, "func", loader), "__module__", "").startswith("fedhet."):
+            continue  # a plug-in's (imports:), not fedhet's (a functools.partial names its function)
         info = dataset_info(name)
         out.append({"name": name, "text": str(info), "layout": info.layout, "builtin": info.builtin,
                     "generated": list(info.generated_domains)})

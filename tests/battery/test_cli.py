@@ -128,7 +128,8 @@ def test_unexpected_exception_is_one_line_naming_it(battery, monkeypatch) -> Non
         raise ValueError("something odd\nsecond line")
 
     monkeypatch.setattr(fedhet.config, "load_config", broken)
-    line = battery.fails(["run", "--quiet"], "unexpected ValueError: something odd", "run with -v", code=1)
+    line = battery.fails(["run", "--quiet", "rounds=1"], "unexpected ValueError: something odd", "run with -v",
+                         code=1)
     assert "second line" not in line
 
 
@@ -139,7 +140,7 @@ def test_os_error_is_one_line_naming_the_file(battery, monkeypatch) -> None:
         raise PermissionError(13, "Permission denied", "/some/where")
 
     monkeypatch.setattr(fedhet.config, "load_config", denied)
-    battery.fails(["run", "--quiet"], "Permission denied", "'/some/where'", "permissions", code=1)
+    battery.fails(["run", "--quiet", "rounds=1"], "Permission denied", "'/some/where'", "permissions", code=1)
 
 
 @pytest.mark.parametrize("argv", [["-v", "run", "bad.yaml"], ["run", "bad.yaml", "-v"], ["run", "--debug", "bad.yaml"]])

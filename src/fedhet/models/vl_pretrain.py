@@ -148,10 +148,14 @@ def load_backbone(model: nn.Module, path: str | os.PathLike[str], head: bool = T
         raise CheckpointError(f"no backbone checkpoint at '{path}'; make it first with `fedhet pretrain CONFIG --out "
                               f"{path}` (FedDAT's stand-in backbone: `fedhet pretrain configs/feddat/pretrain.yaml "
                               f"--out {path} --epochs 20`, docs/feddat.md)") from e
-    except pickle.UnpicklingError as e:  # torch's weights-only refusal: never suggest weights_only=False
-        raise CheckpointError(f"'{path}' holds objects other than tensors and plain values, so it was not loaded "
-                              "(nothing in it was run); give a file written by fedhet pretrain or a plain "
-                              "state_dict saved with torch.save(model.state_dict(), path)") from e
+    except pickle.UnpicklingError as e:
+        if "global" not in str(e).lower():  # not a crafted pickle: a corrupt or foreign file
+            raise CheckpointError(f"cannot read backbone checkpoint '{path}': it is not a file torch.save wrote "
+                                  "(corrupt, or another format)") from e
+        raise CheckpointError(  # torch's weights-only refusal: never suggest weights_only=False
+            f"'{path}' holds objects other than tensors and plain values, so it was not loaded (nothing in it was "
+            "run); give a file written by fedhet pretrain or a plain state_dict saved with "
+            "torch.save(model.state_dict(), path)") from e
     except Exception as e:
         raise CheckpointError(f"cannot read backbone checkpoint '{path}': {str(e).splitlines()[0]}") from e
     plain = isinstance(blob, dict) and blob and all(isinstance(v, torch.Tensor) for v in blob.values())

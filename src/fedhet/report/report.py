@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from fedhet.atomic import atomic_write_text
 from fedhet.outpaths import check_output_dir, write_failed
@@ -22,13 +22,18 @@ from fedhet.report.table import AVG, Reference, Table, format_cell, make_table, 
 from fedhet.report.tuning import tuning_section
 
 
-class ReportPaths(NamedTuple):
-    """The files `write_report` wrote, and the short summary a terminal shows instead of the Markdown."""
+@dataclass(frozen=True)
+class ReportPaths:
+    """The files `write_report` wrote (iterating gives them), and the short summary a terminal shows instead of
+    the Markdown."""
 
     markdown: Path
     csv: Path
     curves: Path
     summary: str = ""
+
+    def __iter__(self) -> Iterator[Path]:
+        return iter((self.markdown, self.csv, self.curves))
 
 
 def _runs_section(runs: Sequence[RunRecord], out_dir: Path) -> str:
