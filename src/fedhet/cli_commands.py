@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedhet.cli_args import check_stop_after, config_and_overrides, csv_list
 from fedhet.errors import FedhetError
+
+if TYPE_CHECKING:
+    from fedhet.report import ReportPaths
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -117,9 +120,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = Path(args.report_dir) if args.report_dir else Path(cfg.run.out_dir) / cfg.name / "report"
     check_output_dir(out, "--report-dir" if args.report_dir else "the sweep's report folder")
     run_dirs = run_sweep(plan, progress=not args.quiet)
-    paths = write_report(run_dirs, out)
-    print(paths.summary, end="")
-    print(f"report (tables per client, curves, runs): {paths.markdown}")
+    _print_report(write_report(run_dirs, out))
     return 0
 
 
@@ -138,24 +139,28 @@ def _load_reference(path: str | None) -> dict[str, Any] | None:
     return data
 
 
+def _print_report(paths: ReportPaths) -> None:
+    """A report's terminal summary and where the whole report is (`fedhet.report.ReportPaths`)."""
+    print(paths.summary, end="")
+    print(f"report (tables per client, curves, runs): {paths.markdown}")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from fedhet.outpaths import check_output_dir
     from fedhet.report import write_report
 
     check_output_dir(Path(args.out), "--out")
-    paths = write_report([Path(p) for p in args.run_dirs], Path(args.out), reference=_load_reference(args.reference))
-    print(paths.summary, end="")
-    print(f"report (tables per client, curves, runs): {paths.markdown}")
+    _print_report(write_report([Path(p) for p in args.run_dirs], Path(args.out),
+                               reference=_load_reference(args.reference)))
     return 0
 
 
 def cmd_data(args: argparse.Namespace) -> int:
     if args.action == "list":  # from the shipped catalog: no torch import
-        import os
-
+        from fedhet.config import DataConfig
         from fedhet.dataset_catalog import load_catalog, presence
 
-        root = Path(os.environ["FEDHET_DATA"]).expanduser() if os.environ.get("FEDHET_DATA") else None
+        root = DataConfig().resolved_root()  # $FEDHET_DATA
         print(f"data root: {root or 'not set (FEDHET_DATA or data.root)'}\n")
         for entry in load_catalog():
             print(f"{entry['text']}\non this machine: {presence(entry, root)}\n")

@@ -12,6 +12,7 @@ from fedhet.errors import ConfigError, nearest
 
 LOCAL_OPTIMIZERS = ("sgd", "adam", "adamw")
 RUNTIMES = ("inprocess", "batched", "flower", "flower-simulation")
+LOGGERS = ("csv", "tensorboard", "mlflow", "wandb")  # run.loggers (engine/tracking.py)
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -204,10 +205,9 @@ class RunConfig:
 
     def validate(self) -> None:
         _check(self.checkpoint_every >= 1, "run.checkpoint_every must be >= 1")
-        known = ("csv", "tensorboard", "mlflow", "wandb")
         for name in self.loggers:
-            _check(name in known, f"run.loggers: unknown logger '{name}'{nearest(name, known)}; choose from "
-                                  f"{', '.join(known)}")
+            _check(name in LOGGERS, f"run.loggers: unknown logger '{name}'{nearest(name, LOGGERS)}; choose from "
+                                    f"{', '.join(LOGGERS)}")
         _check(self.num_threads is None or self.num_threads >= 1,
                f"run.num_threads must be >= 1 (torch threads), got {self.num_threads}; leave it unset (null) for "
                "the libraries' default")

@@ -26,7 +26,6 @@ from typing import Any, Protocol
 from fedhet.atomic import atomic_write_text
 from fedhet.errors import ConfigError
 
-LOGGERS = ("csv", "tensorboard", "mlflow", "wandb")
 EXTRAS = {"tensorboard": ("tensorboard", "pip install 'fedhet[tracking]' (or pip install tensorboard)"),
           "mlflow": ("mlflow", "pip install mlflow"), "wandb": ("wandb", "pip install wandb")}
 
@@ -150,13 +149,9 @@ def _key(name: str) -> str:
 
 
 def check_loggers(names: Iterable[str]) -> None:
-    """`run.loggers`: known names whose packages are installed, else one ConfigError naming the fix."""
-    from fedhet.errors import nearest
-
+    """`run.loggers` (names already checked by `RunConfig.validate`): their packages are installed, else one
+    ConfigError naming the fix."""
     for name in names:
-        if name not in LOGGERS:
-            raise ConfigError(f"run.loggers: unknown logger '{name}'{nearest(name, LOGGERS)}; choose from "
-                              f"{', '.join(LOGGERS)}")
         if name in EXTRAS and importlib.util.find_spec(EXTRAS[name][0]) is None:
             raise ConfigError(f"run.loggers: '{name}' needs the {EXTRAS[name][0]} package: {EXTRAS[name][1]}")
 

@@ -99,10 +99,7 @@ def _apply_aliases(run_config: dict[str, Any], tree: dict[str, Any]) -> None:
         before = written.get(alias, 0)  # an App without the record wrote 0 for "not set"
         if value in (None, "") or value == before:
             continue
-        current = tree
-        for part in target.split(".")[:-1]:
-            current = current.get(part, {}) if isinstance(current, dict) else {}
-        mine = current.get(target.split(".")[-1], before) if isinstance(current, dict) else before
+        mine = dotted(tree).get(target, before)
         if written and mine not in (before, value):
             raise ConfigError(f"the run config changes both {alias} ({before} -> {value}) and {target} "
                               f"({before} -> {mine}); set one of them")
