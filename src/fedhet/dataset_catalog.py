@@ -21,13 +21,15 @@ from typing import Any
 
 CATALOG = Path(__file__).with_name("datasets.json")
 PACKAGES = {"easy_vqa": ("easy_vqa", "vlm")}  # built-in datasets read from a package: (module, its extra)
-EXTRA_FOLDERS = {"fashion_mnist": ("/usr/share/datasets/fashion-mnist",)}  # Debian's dataset-fashion-mnist
 
 
 def render_catalog() -> list[dict[str, Any]]:
     """The catalog of fedhet's own datasets from the live registry (imports every loader)."""
     from fedhet.data import dataset_info, list_datasets
+    from fedhet.data.fashion_mnist import DEBIAN_DIR
     from fedhet.data.registry import get_spec
+
+    outside_root = {"fashion_mnist": [str(DEBIAN_DIR)]}  # where a loader also looks (Debian's package)
 
     out = []
     for name in list_datasets():
@@ -36,7 +38,7 @@ def render_catalog() -> list[dict[str, Any]]:
             continue  # a plug-in's (imports:), not fedhet's (a functools.partial names its function)
         info = dataset_info(name)
         out.append({"name": name, "text": str(info), "layout": info.layout, "builtin": info.builtin,
-                    "generated": list(info.generated_domains)})
+                    "generated": list(info.generated_domains), "outside_root": outside_root.get(name, [])})
     return out
 
 
@@ -61,7 +63,7 @@ def presence(entry: dict[str, Any], root: Path | None) -> str:
     if layout.startswith("data.root ="):
         return "your own data: point data.root at it"
     candidates = [root / f for f in _folders(layout)] if root is not None else []
-    candidates += [Path(p) for p in EXTRA_FOLDERS.get(name, ())]
+    candidates += [Path(p) for p in entry.get("outside_root", [])]
     found = [p for p in candidates if p.exists()]
     if found:
         return f"present: {found[0]}"
