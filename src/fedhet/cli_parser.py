@@ -18,6 +18,7 @@ from fedhet.cli_commands import (
     cmd_sweep,
     cmd_tune,
 )
+from fedhet.launch.configs_cli import add_configs_parser
 from fedhet.launch.ldm_cli import add_ldm
 from fedhet.privacy.command import add_privacy_parser
 
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     add_privacy_parser(sub)  # fedhet.privacy's own subcommand (docs/privacy.md)
     add_ldm(sub)  # fedhet ldm pretrain | samples (docs/fedbip.md)
+    add_configs_parser(sub)  # fedhet configs [--copy DIR]: the example configs shipped with fedhet
     methods = sub.add_parser("methods", help="list the registered methods")
     methods.set_defaults(func=cmd_methods)
     for command in sub.choices.values():  # -v / --debug also after the subcommand

@@ -1,12 +1,17 @@
 """Flower ServerApp / ClientApp for any fedhet algorithm.
 
 `flwr run` loads the module-level `server_app` and `client_app`; they read the experiment from the run
-config (fedhet's config as flat dotted keys, see run_config; `run-dir`: where the server writes results). The
-simulation binds the same settings directly with `make_server_app(settings)` / `make_client_app(settings)`.
+config (fedhet's config as flat dotted keys, see run_config; `run-dir`: where the server writes results, with
+`per-run-dir` one folder `run-<Flower run id>` per `flwr run`, see `run_folder`). The simulation binds the same
+settings directly with `make_server_app(settings)` / `make_client_app(settings)`. With `node-data`, each node
+loads only its own data and the server none (local_data.py). A run the ServerApp refuses or that fails prints
+one `[fedhet] ERROR: ...` line to the ServerApp's log (`flwr log RUN_ID`, `flwr run --stream`), then raises, so
+Flower marks the run failed (`flwr ls`: status failed, its details the message).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +25,14 @@ from flwr.serverapp import Grid, ServerApp
 from fedhet.config import load_config
 from fedhet.engine.experiment import build_experiment
 from fedhet.engine.loop import RunResult
-from fedhet.engine.rundir import RunDirectory, start_check
+from fedhet.engine.rundir import RunDirectory, RunDirError, start_check
 from fedhet.errors import FedhetError
-from fedhet.runtimes.flower import client, round_loop
+from fedhet.runtimes.flower import client, local_data, round_loop
 from fedhet.runtimes.flower.records import QUERY_ACTION
 from fedhet.runtimes.flower.run_config import RunConfigValue, experiment_run_config, read_run_config
+from fedhet.runtimes.flower.transport import NodeLink
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -42,6 +50,9 @@ class FlowerSettings:
     client_state_dir: str = ""  # where clients keep their per-round states ('' = context.state only)
     resume: bool = False  # continue from the run directory's checkpoint
     stop_after: int = 0  # stop (with a checkpoint) after this round; 0 = run all rounds
+    node_data: bool = False  # each node loads only its own data (node config data-root), the server none
+    per_run_dir: bool = False  # results in run_dir/run-<Flower run id>, one folder per `flwr run` (run_folder)
+    resume_from: str = ""  # per_run_dir + resume: the run id to continue ('' = the newest with a checkpoint)
     progress: bool = True  # one line per round on stdout (the ServerApp's log)
     results: list[RunResult] = field(default_factory=list, repr=False)  # filled by the server (same process)
     errors: list[BaseException] = field(default_factory=list, repr=False)  # why the server stopped, if it did
@@ -53,7 +64,8 @@ class FlowerSettings:
         runtime: dict[str, RunConfigValue] = {
             "run-dir": self.run_dir, "wait-for-nodes": self.wait_for_nodes, "poll-interval": self.poll_interval,
             "client-state-dir": self.client_state_dir, "resume": self.resume, "stop-after": self.stop_after,
-            "partition-query": self.partition_query}
+            "partition-query": self.partition_query, "node-data": self.node_data, "per-run-dir": self.per_run_dir,
+            "resume-from": self.resume_from}
         return {**experiment_run_config(self.config), **runtime}
 
     @classmethod
@@ -65,31 +77,61 @@ class FlowerSettings:
                    poll_interval=runtime.get("poll-interval", 0.2),
                    client_state_dir=runtime.get("client-state-dir", ""),
                    resume=runtime.get("resume", False), stop_after=runtime.get("stop-after", 0),
-                   partition_query=runtime.get("partition-query", True))
+                   partition_query=runtime.get("partition-query", True),
+                   node_data=runtime.get("node-data", False), per_run_dir=runtime.get("per-run-dir", False),
+                   resume_from=runtime.get("resume-from", ""))
 
     def client_setup(self) -> client.ClientSetup:
-        return client.ClientSetup(config=self.config, run_dir=self.run_dir, state_dir=self.client_state_dir)
+        return client.ClientSetup(config=self.config, run_dir=self.run_dir, state_dir=self.client_state_dir,
+                                  node_data=self.node_data)
 
 
 def _settings(bound: FlowerSettings | None, context: Context) -> FlowerSettings:
     return bound if bound is not None else FlowerSettings.from_run_config(dict(context.run_config))
 
 
-def run_server(grid: Grid, settings: FlowerSettings) -> RunResult:
+def run_folder(settings: FlowerSettings, run_id: int) -> Path:
+    """Where this run writes: `run-dir` itself, or with `per-run-dir` the folder `run-<run id>` of this Flower
+    run (a second `flwr run` of the same App gets its own); resuming continues `run-<resume-from>`, else the
+    newest `run-*` folder holding a checkpoint."""
+    if not settings.run_dir:
+        raise FedhetError("no run directory given to the Flower ServerApp (run config 'run-dir')")
+    base = Path(settings.run_dir)
+    if not settings.per_run_dir:
+        return base
+    if not settings.resume:
+        return base / f"run-{run_id}"
+    if settings.resume_from:
+        return base / f"run-{settings.resume_from.removeprefix('run-')}"
+    held = [p for p in base.glob("run-*") if RunDirectory(p).latest_checkpoint.is_file()]
+    if not held:
+        raise RunDirError(f"resume: no run folder under '{base}' holds a checkpoint; run without resume=true")
+    return max(held, key=lambda p: RunDirectory(p).latest_checkpoint.stat().st_mtime)
+
+
+def _experiment(settings: FlowerSettings, grid: Grid) -> tuple[Any, NodeLink | None]:
+    """The server's experiment: built from the whole federated data, or (node-data) from the nodes' data
+    schemas, with the nodes already mapped (local_data.server_experiment)."""
+    cfg = load_config(base=settings.config)
+    if not settings.node_data:
+        return build_experiment(cfg), None
+    link = NodeLink(grid, cfg.server.reply_timeout, settings.poll_interval, settings.stop_event)
+    return local_data.server_experiment(cfg, link, settings.wait_for_nodes, settings.partition_query), link
+
+
+def run_server(grid: Grid, settings: FlowerSettings, run_id: int = 0) -> RunResult:
     """The whole run on the server: the shared RoundLoop with Flower clients; writes the run directory.
 
     A failure (too few valid replies, Ctrl-C / SIGTERM, ...) is also kept in `settings.errors`."""
     try:
-        cfg = load_config(base=settings.config)
-        if not settings.run_dir:
-            raise FedhetError("no run directory given to the Flower ServerApp (run config 'run-dir')")
-        run_dir = Path(settings.run_dir)
+        run_dir = run_folder(settings, run_id)
         with RunDirectory(run_dir).locked():
             start_check(run_dir, settings.resume)
-            loop = round_loop.FlowerRoundLoop(build_experiment(cfg), run_dir, grid, progress=settings.progress,
-                                          wait_for_nodes=settings.wait_for_nodes,
-                                          poll_interval=settings.poll_interval, stop_event=settings.stop_event,
-                                          partition_query=settings.partition_query)
+            exp, link = _experiment(settings, grid)
+            loop = round_loop.FlowerRoundLoop(exp, run_dir, grid, progress=settings.progress,
+                                              wait_for_nodes=settings.wait_for_nodes,
+                                              poll_interval=settings.poll_interval, stop_event=settings.stop_event,
+                                              partition_query=settings.partition_query, link=link)
             if settings.resume:
                 loop.resume()
             result = loop.run(stop_after=settings.stop_after or None)
@@ -109,7 +151,12 @@ def make_server_app(settings: FlowerSettings | None = None) -> ServerApp:
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        run_server(grid, _settings(settings, context))
+        try:
+            run_server(grid, _settings(settings, context), context.run_id)
+        except FedhetError as err:  # one clear line in the ServerApp's log; Flower marks the run failed
+            print(f"{round_loop.PROGRESS_PREFIX}ERROR: run {context.run_id} stopped: {err}", flush=True)
+            log.error("run %s stopped: %s", context.run_id, err)
+            raise
 
     return app
 

@@ -36,9 +36,10 @@ from fedhet.engine.checkpoint import fingerprint
 from fedhet.engine.experiment import Experiment, build_experiment
 from fedhet.engine.local import evaluate_client, fit_client
 from fedhet.errors import FedhetError
-from fedhet.runtimes.flower import checkpoint_config
+from fedhet.runtimes.flower import checkpoint_config, local_data
 from fedhet.runtimes.flower.records import (
     CONFIG,
+    DATA_SCHEMA,
     PARTITION_ID,
     Request,
     evaluate_reply_content,
@@ -60,6 +61,7 @@ class ClientSetup:
     config: dict[str, Any]
     run_dir: str = ""
     state_dir: str = ""
+    node_data: bool = False  # each node loads only its own data from its data-root (local_data.py)
 
 
 def _setup(setup: ClientSetup | dict[str, Any]) -> ClientSetup:
@@ -111,6 +113,20 @@ def client_id(context: Context, exp: Experiment) -> int:
     if not 0 <= cid < n:
         raise FedhetError(f"partition-id {cid} is out of range for {n} clients")
     return cid
+
+
+def experiment_and_id(context: Context, setup: ClientSetup) -> tuple[Experiment, int]:
+    """The experiment and this node's client id: in a node-data run from the node's own `data-root` and
+    `client-id` (local_data.py), else the whole federated data and the node's partition-id."""
+    if setup.node_data:
+        return local_data.node_experiment(setup.config, dict(context.node_config))
+    if local_data.DATA_ROOT in context.node_config:
+        raise FedhetError("this SuperNode has a data-root, but the run builds the whole federated data on every "
+                          "node (run config node-data=false): write the App with node-data "
+                          "(`fedhet.runtimes.flower.app_folder.write_flower_app(..., node_data=True)`) or run it "
+                          "with --run-config \"node-data=true\"")
+    exp = experiment_for(setup.config)
+    return exp, client_id(context, exp)
 
 
 def run_key(setup: ClientSetup) -> str:
@@ -204,8 +220,7 @@ def _request(content: RecordDict, context: Context, setup: ClientSetup, fit: boo
              ) -> tuple[Experiment, int, Request, int]:
     """Decode a train / evaluate request: experiment, client id (the node's partition-id), the request and the
     round of the state to continue from."""
-    exp = experiment_for(setup.config)
-    cid = client_id(context, exp)
+    exp, cid = experiment_and_id(context, setup)
     request = read_request(content)
     state_round = request.state_round
     if state_round is None:  # a stock Flower server: continue from the latest state (of an earlier round, to fit)
@@ -249,8 +264,12 @@ def evaluate_content(content: RecordDict, context: Context, setup: ClientSetup |
 def query_content(content: RecordDict, context: Context, setup: ClientSetup | dict[str, Any]) -> RecordDict:
     """Which client this node holds: the server's one question at start (a stock ClientApp does not answer it;
     the server then gives that node a free client id, see transport.NodeLink)."""
-    exp = experiment_for(_setup(setup).config)
-    return RecordDict({CONFIG: ConfigRecord({PARTITION_ID: client_id(context, exp)})})
+    setup = _setup(setup)
+    exp, cid = experiment_and_id(context, setup)
+    answer: dict[str, Any] = {PARTITION_ID: cid}
+    if setup.node_data:  # what the server needs to build the model, no samples (local_data.py)
+        answer[DATA_SCHEMA] = local_data.schema_of(exp.data)
+    return RecordDict({CONFIG: ConfigRecord(answer)})
 
 
 HANDLERS = {"train": train_content, "evaluate": evaluate_content, "query": query_content}

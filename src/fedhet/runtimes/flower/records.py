@@ -36,6 +36,7 @@ SPLIT, STATE_ROUND, KEEP_ROUNDS, SKIPPED = "split", "state-round", "keep-rounds"
 PARTITION_ID = "partition-id"  # Flower's node config key for the client a node holds; the query reply's
 QUERY_ACTION = "partition_id"  # a query action only fedhet's ClientApp registers
 QUERY_PARTITION = f"{MessageType.QUERY}.{QUERY_ACTION}"
+DATA_SCHEMA = "fedhet-data-schema"  # a node-data query reply: its data's names and shapes (local_data.py)
 LR, LOCAL_EPOCHS = "lr", "local-epochs"  # the train config Flower's quickstart ClientApps read (fedhet's ignore it)
 REQUEST_KEYS = (SERVER_ROUND, SPLIT, STATE_ROUND, KEEP_ROUNDS, LR, LOCAL_EPOCHS)  # reserved in a request's "config"
 

@@ -18,6 +18,7 @@ from fedhet.engine.loop import RoundLoop, RunResult
 from fedhet.engine.signals import StopSignals
 from fedhet.runtimes.flower.faults import FAULTS_FILE, STOPPED_FILE, RoundFailed
 from fedhet.runtimes.flower.server import FlowerClients
+from fedhet.runtimes.flower.transport import NodeLink
 
 log = logging.getLogger(__name__)
 PROGRESS_PREFIX = "[fedhet] "  # `fedhet flower deploy` echoes the ServerApp's lines that carry it
@@ -29,10 +30,11 @@ class FlowerRoundLoop(RoundLoop):
 
     def __init__(self, exp: Experiment, run_dir: Path, grid: Grid, progress: bool = True,
                  timeout: float | None = None, wait_for_nodes: float = 300.0, poll_interval: float = 0.2,
-                 stop_event: threading.Event | None = None, partition_query: bool = True) -> None:
+                 stop_event: threading.Event | None = None, partition_query: bool = True,
+                 link: NodeLink | None = None) -> None:
         flower = FlowerClients(exp, grid, timeout=timeout, wait_for_nodes=wait_for_nodes, poll_interval=poll_interval,
                                stop_event=stop_event, on_fault=lambda row: self._log_fault(row),
-                               partition_query=partition_query)
+                               partition_query=partition_query, link=link)
         super().__init__(exp, run_dir, flower, progress=False)  # no bar: one line per round (`play_round`)
         self.flower = flower
         self.round_lines = progress and not exp.config.run.quiet

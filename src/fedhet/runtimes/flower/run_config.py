@@ -31,7 +31,8 @@ from fedhet.yaml_input import load_yaml
 
 RunConfigValue = bool | int | float | str
 RUNTIME_KEYS: dict[str, type] = {"run-dir": str, "wait-for-nodes": float, "poll-interval": float,
-                                 "client-state-dir": str, "resume": bool, "stop-after": int, "partition-query": bool}
+                                 "client-state-dir": str, "resume": bool, "stop-after": int, "partition-query": bool,
+                                 "node-data": bool, "per-run-dir": bool, "resume-from": str}
 ALIASES = {"num-server-rounds": "rounds", "lr": "train.lr", "local-epochs": "train.local_epochs"}
 ALIAS_WRITTEN = "fedhet-aliases-written"  # JSON {alias: value} of the App as written (not an experiment key)
 

@@ -41,21 +41,24 @@ class FlowerClients:
 
     def __init__(self, exp: Experiment, grid: Grid, timeout: float | None = None, wait_for_nodes: float = 300.0,
                  poll_interval: float = 0.2, stop_event: threading.Event | None = None,
-                 on_fault: Callable[[dict[str, Any]], None] | None = None, partition_query: bool = True) -> None:
+                 on_fault: Callable[[dict[str, Any]], None] | None = None, partition_query: bool = True,
+                 link: NodeLink | None = None) -> None:
+        """`link`: nodes already mapped (a node-data run maps them to learn the data first), else mapped here."""
         if exp.arrangement.pooled:
             raise FedhetError(f"'{exp.config.method}' trains one model on the pooled data of all clients; "
                               "it has no federated counterpart, run it in-process")
         self.exp, self.on_fault = exp, on_fault
         # what Flower's quickstart ClientApps read from a train request (fedhet's own clients use their config)
         self.train_config = {LR: exp.config.train.lr, LOCAL_EPOCHS: exp.config.train.local_epochs}
-        self.link = NodeLink(grid, exp.config.server.reply_timeout if timeout is None else timeout, poll_interval,
-                             stop_event)
+        self.link = link or NodeLink(grid, exp.config.server.reply_timeout if timeout is None else timeout,
+                                     poll_interval, stop_event)
         # the last round whose fit reply of each client was aggregated (0: none); also at the last checkpoint
         # and at the start of the current round: the states a client may still be asked for
         self.state_round: dict[int, int] = {}
         self.checkpoint_round: dict[int, int] = {}
         self.start_round: dict[int, int] = {}
-        self.link.map_nodes(self.num_train_clients, wait_for_nodes, ask=partition_query)
+        if link is None:
+            self.link.map_nodes(self.num_train_clients, wait_for_nodes, ask=partition_query)
 
     @property
     def num_train_clients(self) -> int:

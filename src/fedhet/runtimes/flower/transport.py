@@ -15,7 +15,7 @@ from flwr.serverapp import Grid
 
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower.faults import short_reason
-from fedhet.runtimes.flower.records import CONFIG, PARTITION_ID, QUERY_PARTITION
+from fedhet.runtimes.flower.records import CONFIG, DATA_SCHEMA, PARTITION_ID, QUERY_PARTITION
 
 log = logging.getLogger("fedhet.runtimes.flower.server")  # one logger for the server side's messages
 
@@ -27,6 +27,8 @@ class NodeLink:
                  stop_event: threading.Event | None) -> None:
         self.grid, self.timeout, self.poll_interval, self.stop_event = grid, timeout, poll_interval, stop_event
         self.node_of: dict[int, int] = {}
+        self.schemas: dict[int, str] = {}  # client id -> its node's data schema (node-data runs, local_data.py)
+        self.query_failures: dict[int, str] = {}  # node id -> why it did not answer the partition query
 
     def map_nodes(self, n: int, wait_for_nodes: float, ask: bool = True) -> dict[int, int]:
         """client id -> node id: every connected node is asked once which partition it holds (`query`); nodes
@@ -62,6 +64,7 @@ class NodeLink:
         replies, failures = self.send(messages, timeout)
         for node, reason in failures.items():
             log.info("node %s did not answer the partition query: %s", node, reason)
+        self.query_failures.update(failures)
         node_of: dict[int, int] = {}
         for node, reply in replies.items():
             config = reply.config_records.get(CONFIG)
@@ -74,6 +77,8 @@ class NodeLink:
                 log.warning("two SuperNodes (%s, %s) hold partition %d; keeping %s", node_of[value], node, value,
                             node)
             node_of[value] = node
+            if config is not None and isinstance(schema := config.get(DATA_SCHEMA), str):
+                self.schemas[value] = schema
         return node_of
 
     def refresh_nodes(self, cids: Iterable[int]) -> set[int]:
