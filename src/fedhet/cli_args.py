@@ -17,8 +17,9 @@ def config_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[str
         return None, [args.config, *args.overrides]
     if args.config is None and not args.overrides:
         prog = f"fedhet {args.command}" + (f" {args.action}" if getattr(args, "action", None) else "")
-        raise UsageError(f"{prog} needs a config file, e.g. `{prog} configs/quickstart.yaml` (the examples are in "
-                         f"configs/), or key=value overrides of the built-in defaults (`{prog} method=fedbn`)")
+        raise UsageError(f"{prog} needs a config file, e.g. `{prog} configs/quickstart.yaml` (`fedhet configs` "
+                         "lists the examples shipped with fedhet), or key=value overrides of the built-in defaults "
+                         f"(`{prog} method=fedbn`)")
     return args.config, list(args.overrides)
 
 

@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, get_origin, get_type_hints
 
+from fedhet.config.examples import find_config
 from fedhet.config.experiment import ExperimentConfig
 from fedhet.config.typed import from_dict
 from fedhet.errors import ConfigError
@@ -82,7 +83,8 @@ def _read_config_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     """
     where = f" (extended by '{seen[-1]}')" if seen else ""
     if not path.exists():
-        raise ConfigError(f"config file '{path}'{where} not found; see configs/ for examples")
+        raise ConfigError(f"config file '{path}'{where} not found; `fedhet configs` lists the example configs "
+                          "shipped with fedhet (run one by name, e.g. `fedhet run quickstart`)")
     if path.resolve() in seen:
         raise ConfigError(f"config file '{path}' extends itself through: {' -> '.join(map(str, seen))}")
     loaded = load_yaml(read_text(path, "config file"), f"config file '{path}'{where}")
@@ -116,12 +118,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
     A file may start from another one with `extends: <path relative to this file>`: the other file is read
     first (it may extend a third) and this file's values are merged into it key by key, so a table's config
-    names only what differs from its base (e.g. `sweep`).
+    names only what differs from its base (e.g. `sweep`). A relative `path` that does not exist may name an
+    example config shipped with fedhet (`quickstart`, `configs/quickstart.yaml`; `fedhet.config.examples`).
     """
     parsed = parse_overrides(overrides or [])  # a malformed override is reported before the file is read
     tree: dict[str, Any] = dict(base or {})
     if path is not None:
-        deep_merge(tree, _read_config_tree(Path(path), ()))
+        deep_merge(tree, _read_config_tree(find_config(path), ()))
     for key, value in parsed:
         _check_override_path(key)
         set_path(tree, key, value)
