@@ -75,8 +75,27 @@ def _print_novel(novel: dict[str, Any]) -> None:
 def cmd_adapt(args: argparse.Namespace) -> int:
     from fedhet.launch.adapt import adapt_run
 
-    _print_novel(adapt_run(args.run_dir, list(args.overrides), progress=not args.quiet))
+    result = adapt_run(args.run_dir, list(args.overrides), progress=not args.quiet, data=args.data, name=args.name,
+                       export=args.export, overwrite=args.overwrite)
+    _print_novel(result)
+    if "export" in result:
+        print(f"adapted model: {result['export']}")
     print(f"results: {Path(args.run_dir) / 'novel.json'}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import json
+
+    from fedhet.launch.export import export_run
+
+    out = export_run(args.run_dir, args.out, overwrite=args.overwrite)
+    manifest = json.loads((out / "export.json").read_text())
+    for name, entry in manifest["clients"].items():
+        print(f"  {name:<16} {entry['file']}")
+    glob = manifest["global"]
+    print(f"  {'global':<16} {glob['file'] or 'none: ' + glob['note']}")
+    print(f"exported: {out}  (load one: fedhet.load_exported('{out}', client=NAME))")
     return 0
 
 

@@ -10,6 +10,7 @@ from fedhet.cli_args import DEBUG_FLAGS, Parser, check_repeated_overrides, place
 from fedhet.cli_commands import (
     cmd_adapt,
     cmd_data,
+    cmd_export,
     cmd_flower,
     cmd_methods,
     cmd_pretrain,
@@ -34,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(*DEBUG_FLAGS, dest="verbose", action="store_true",
                         help="debug logging, and the traceback of any error")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_run, _add_sweep, _add_tune, _add_adapt, _add_report, _add_data, _add_pretrain, _add_flower):
+    for add in (_add_run, _add_sweep, _add_tune, _add_adapt, _add_export, _add_report, _add_data, _add_pretrain,
+                _add_flower):
         add(sub)
     add_privacy_parser(sub)  # fedhet.privacy's own subcommand (docs/privacy.md)
     add_ldm(sub)  # fedhet ldm pretrain | samples (docs/fedbip.md)
@@ -114,12 +116,29 @@ def _add_report(sub: Subparsers) -> None:
 
 def _add_adapt(sub: Subparsers) -> None:
     """`fedhet adapt RUN_DIR [novel.key=value ...]`: adapt a finished run's held-out clients."""
-    adapt = sub.add_parser("adapt", help="adapt a finished run's held-out (novel) clients: fedhet adapt RUN_DIR "
+    adapt = sub.add_parser("adapt", help="adapt a finished run's held-out (novel) clients, or a new site on its own "
+                                         "data (--data): fedhet adapt RUN_DIR [--data PATH] "
                                          "[novel.part=embedding|hypernetwork|personal|all novel.epochs=N]")
     adapt.add_argument("run_dir")
     adapt.add_argument("overrides", nargs="*")
+    adapt.add_argument("--data", default=None, help="a site that joins after training: its own data (imagefolder "
+                                                    "run: its folder; csv run: its CSV file), with the run's classes")
+    adapt.add_argument("--name", default=None, help="with --data: the site's name (default: its folder / file's)")
+    adapt.add_argument("--export", default=None, metavar="DIR",
+                       help="with --data: write the site's adapted model here (fedhet export's format)")
+    adapt.add_argument("--overwrite", action="store_true", help="with --export: replace a non-empty DIR")
     adapt.add_argument("-q", "--quiet", action="store_true")
     adapt.set_defaults(func=cmd_adapt)
+
+
+def _add_export(sub: Subparsers) -> None:
+    """`fedhet export RUN_DIR [--out DIR]`: a finished run's deployable models as state_dict files."""
+    export = sub.add_parser("export", help="write a finished run's per-client (and global) models as plain "
+                                           "state_dict files: fedhet export RUN_DIR [--out DIR] (docs/export.md)")
+    export.add_argument("run_dir")
+    export.add_argument("--out", default=None, help="the export folder (default: RUN_DIR/export)")
+    export.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    export.set_defaults(func=cmd_export)
 
 
 def _add_data(sub: Subparsers) -> None:

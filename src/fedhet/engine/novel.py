@@ -106,10 +106,31 @@ def adapt_client(exp: Experiment, server: Any, client_id: int, cfg: NovelConfig,
                  ) -> dict[str, Any]:
     """Adapt one held-out client: its accuracy per epoch, best, final and epochs to reach."""
     novel = novel_model(exp, server, client_id, cfg.part, trained)
-    accuracies = train_novel(exp, novel, client_id, cfg)
-    return {"client": exp.data.clients[client_id].name, "part": novel.part,
-            "trainable_params": sum(p.numel() for p in novel.params), "accuracy": accuracies,
-            "final": accuracies[-1], "best": max(accuracies), "epochs_to_reach": epochs_to_reach(accuracies, cfg.reach)}
+    return client_row(exp.data.clients[client_id].name, novel, train_novel(exp, novel, client_id, cfg), cfg.reach)
+
+
+def client_row(name: str, novel: NovelModel, accuracies: list[float], reach: float) -> dict[str, Any]:
+    """One adapted client's novel.json row: accuracy per epoch, best, final and epochs to reach."""
+    return {"client": name, "part": novel.part, "trainable_params": sum(p.numel() for p in novel.params),
+            "accuracy": accuracies, "final": accuracies[-1], "best": max(accuracies),
+            "epochs_to_reach": epochs_to_reach(accuracies, reach)}
+
+
+def summarize(rows: list[dict[str, Any]], cfg: NovelConfig, default_lr: float) -> dict[str, Any]:
+    """The novel.json entry of adapted clients: the settings, their rows and the means over them."""
+    n = len(rows)
+    return {"part": rows[0]["part"], "epochs": cfg.epochs, "lr": cfg.lr or default_lr, "reach": cfg.reach,
+            "clients": rows, "mean_final": sum(r["final"] for r in rows) / n,
+            "mean_best": sum(r["best"] for r in rows) / n,
+            "mean_epochs_to_reach": sum(r["epochs_to_reach"] for r in rows) / n,
+            "mean_accuracy": [sum(r["accuracy"][e] for r in rows) / n for e in range(cfg.epochs + 1)]}
+
+
+def merge_novel(run_dir: Path, key: str, result: dict[str, Any]) -> None:
+    """Add (or replace) entry `key` of run_dir/novel.json, atomically; the other entries stay."""
+    path = run_dir / NOVEL_FILE
+    existing = json.loads(path.read_text()) if path.is_file() else {}
+    atomic_write_text(path, strict_json({**existing, key: result}, indent=1))
 
 
 def adapt_novel(exp: Experiment, server: Any, run_dir: Path, progress: bool = True) -> dict[str, Any]:
@@ -119,16 +140,7 @@ def adapt_novel(exp: Experiment, server: Any, run_dir: Path, progress: bool = Tr
     trained = exp.arrangement.pool(len(exp.data.clients))
     rows = [adapt_client(exp, server, cid, cfg, trained)
             for cid in tqdm(exp.arrangement.novel, desc="novel clients", disable=not progress, unit="client")]
-    part = rows[0]["part"]
-    n = len(rows)
-    result = {"part": part, "epochs": cfg.epochs, "lr": cfg.lr or exp.config.train.lr, "reach": cfg.reach,
-              "clients": rows, "mean_final": sum(r["final"] for r in rows) / n,
-              "mean_best": sum(r["best"] for r in rows) / n,
-              "mean_epochs_to_reach": sum(r["epochs_to_reach"] for r in rows) / n,
-              "mean_accuracy": [sum(r["accuracy"][e] for r in rows) / n for e in range(cfg.epochs + 1)]}
-    path = run_dir / NOVEL_FILE
-    existing = json.loads(path.read_text()) if path.is_file() else {}
-    key = part if cfg.lr is None else f"{part}@lr={cfg.lr:g}"  # another lr adds an entry, keeps the default's
-    atomic_write_text(path, strict_json({**existing, key: result}, indent=1))
+    result = summarize(rows, cfg, exp.config.train.lr)
+    key = result["part"] if cfg.lr is None else f"{result['part']}@lr={cfg.lr:g}"  # another lr: another entry
+    merge_novel(run_dir, key, result)
     return result
-
