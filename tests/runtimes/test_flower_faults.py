@@ -467,7 +467,8 @@ def test_killed_supernode_round_goes_on(tmp_path) -> None:
     config = c.to_dict()
     config["run"]["runtime"] = "flower"
     run_dir = tmp_path / "run"
-    app = write_flower_app(tmp_path / "work" / "app", config, run_dir, client_state_dir=str(run_dir / "client_states"))
+    app = write_flower_app(tmp_path / "work" / "app", config, run_dir, client_state_dir=str(run_dir / "client_states"),
+                           per_run_dir=False)
     errors: list[BaseException] = []
     with LocalFederation(2, tmp_path / "work") as federation:
         def submit() -> None:

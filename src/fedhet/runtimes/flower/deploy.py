@@ -149,7 +149,8 @@ def deploy_experiment(cfg: ExperimentConfig, run_dir: str | Path, workdir: str |
             make_self_signed(tls_dir)
         tls = TlsFiles.in_dir(tls_dir)
     app_dir = write_flower_app(work / "app", config, run_dir, client_state_dir=str(run_dir / "client_states"),
-                               resume=resume, stop_after=stop_after or 0, poll_interval=poll_interval)
+                               resume=resume, stop_after=stop_after or 0, poll_interval=poll_interval,
+                               per_run_dir=False)
     started, show = time.time(), not cfg.run.quiet if progress is None else progress
     if show:
         _say(f"starting a SuperLink and {num_clients} SuperNodes on 127.0.0.1 (Flower's logs: {work / 'logs'})")

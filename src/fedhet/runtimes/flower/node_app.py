@@ -17,6 +17,8 @@ the context (worker_wire.py), never a pickle, so neither side can be made to run
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from multiprocessing.connection import Client
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,24 @@ from fedhet.runtimes.flower.worker_key import read_key
 from fedhet.runtimes.flower.worker_wire import WireError, read_reply, request_bytes
 
 WORKER_KEY = "fedhet-worker"  # node config key: the worker's socket path
+APP_DIR_KEY = "fedhet-app-dir"  # run-config key added for the worker: the App folder holding its plug-ins
+PLUGIN_PREFIX = "fedhet_plugins_"  # app_checks.PLUGIN_PREFIX (this module imports only Flower)
+
+
+def for_worker(context: Context) -> Context:
+    """The context sent to the worker: when the App carries plug-in files (app_checks.copy_plugins), its run
+    config names the App folder, which is on this process's sys.path (Flower puts it there) but not the worker's."""
+    try:
+        entries = json.loads(str(context.run_config.get("imports", "[]")))
+    except json.JSONDecodeError:
+        return context
+    for entry in entries if isinstance(entries, list) else []:
+        spec = importlib.util.find_spec(str(entry).split(".")[0]) if str(entry).startswith(PLUGIN_PREFIX) else None
+        if spec is not None and spec.submodule_search_locations:
+            app_dir = str(Path(next(iter(spec.submodule_search_locations))).parent)
+            return Context(run_id=context.run_id, node_id=context.node_id, node_config=context.node_config,
+                           state=context.state, run_config={**context.run_config, APP_DIR_KEY: app_dir})
+    return context
 
 
 def forward(kind: str, content: RecordDict, context: Context) -> RecordDict:
@@ -41,7 +61,7 @@ def forward(kind: str, content: RecordDict, context: Context) -> RecordDict:
         raise RuntimeError(f"no fedhet worker answers at {address} ({err}); start `fedhet flower worker --socket "
                            f"{address}` beside this SuperNode, or remove {WORKER_KEY} from its node config") from err
     with conn:
-        conn.send_bytes(request_bytes(kind, content, context))
+        conn.send_bytes(request_bytes(kind, content, for_worker(context)))
         try:
             reply = read_reply(conn.recv_bytes())
         except WireError as err:

@@ -35,6 +35,7 @@ RUNTIME_KEYS: dict[str, type] = {"run-dir": str, "wait-for-nodes": float, "poll-
                                  "node-data": bool, "per-run-dir": bool, "resume-from": str}
 ALIASES = {"num-server-rounds": "rounds", "lr": "train.lr", "local-epochs": "train.local_epochs"}
 ALIAS_WRITTEN = "fedhet-aliases-written"  # JSON {alias: value} of the App as written (not an experiment key)
+APP_DIR = "fedhet-app-dir"  # node_app.APP_DIR_KEY: the App folder, added for a worker (not an experiment key)
 
 
 def encode(value: Any) -> RunConfigValue:
@@ -75,7 +76,7 @@ def read_run_config(run_config: dict[str, Any]) -> tuple[dict[str, Any], dict[st
     runtime = {k: _runtime(k, run_config[k]) for k in RUNTIME_KEYS if k in run_config}
     tree: dict[str, Any] = {}
     for key, value in run_config.items():
-        if key in RUNTIME_KEYS or key in ALIASES or key == ALIAS_WRITTEN:
+        if key in RUNTIME_KEYS or key in ALIASES or key in (ALIAS_WRITTEN, APP_DIR):
             continue
         set_path(tree, key, _yaml_value(key, value))
     _apply_aliases(run_config, tree)

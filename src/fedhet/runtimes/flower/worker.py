@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 import threading
 import traceback
 from multiprocessing import AuthenticationError
@@ -33,6 +34,7 @@ from flwr.app import Context, RecordDict
 
 from fedhet.runtimes.flower import client
 from fedhet.runtimes.flower.app import FlowerSettings
+from fedhet.runtimes.flower.node_app import APP_DIR_KEY
 from fedhet.runtimes.flower.worker_key import key_path, write_key
 from fedhet.runtimes.flower.worker_wire import WireError, error_bytes, read_request, reply_bytes
 
@@ -45,7 +47,11 @@ def answer(kind: str, content: RecordDict, context: Context) -> tuple[RecordDict
         handler = client.HANDLERS.get(kind.split(".")[0])  # a message type with or without its action
         if handler is None:
             raise ValueError(f"unknown message kind {kind!r}")
-        setup = FlowerSettings.from_run_config(dict(context.run_config)).client_setup()
+        run_config = dict(context.run_config)
+        app_dir = run_config.pop(APP_DIR_KEY, None)  # the App folder, when it carries plug-ins (node_app.py)
+        if isinstance(app_dir, str) and app_dir not in sys.path:
+            sys.path.insert(0, app_dir)
+        setup = FlowerSettings.from_run_config(run_config).client_setup()
         return handler(content, context, setup), context.state
     except Exception as err:  # noqa: BLE001 - reported to the ClientApp, which raises it in Flower
         log.error("worker: %s message failed:\n%s", kind, traceback.format_exc())
