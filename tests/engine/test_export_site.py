@@ -127,3 +127,16 @@ def test_a_builtin_dataset_run_takes_no_site_data(tmp_path: Path) -> None:
     with pytest.raises(FedhetError, match="is a file; for an imagefolder run give the site's folder"):
         (tmp_path / "f.png").write_bytes(b"")
         site_data_config(DataConfig(dataset="imagefolder"), tmp_path / "f.png")
+
+
+@pytest.mark.slow
+def test_an_adaptfed_site_exports_its_generated_weights(shapes: tuple[Path, Path], tmp_path: Path) -> None:
+    pytest.importorskip("timm")
+    _, site = shapes
+    focal = ["model.name=focalnet", "model.args={embed_dim: 8, depths: [2], patch_size: 4}"]
+    cfg = load_config(None, [*IMAGES, f"data.root={site.parent.parent / 'shapes'}", *TINY, *focal, "method=adaptfed"])
+    run = run_experiment(cfg, tmp_path / "run", progress=False).run_dir
+    result = adapt_run(run, ["novel.part=embedding"], data=site, export=tmp_path / "site")
+    assert result["part"] == "embedding"  # z_new through the hypernetwork, exported as the weights it generates
+    model = fedhet.load_exported(tmp_path / "site", client="textured")
+    assert evaluate(model, _site_test(run, site), CPU)["accuracy"] == result["mean_final"]  # type: ignore[arg-type]

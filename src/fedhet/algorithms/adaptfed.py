@@ -53,6 +53,7 @@ from fedhet.models.peft.lora import LoraSplit, lora_on_parameters
 GENERATORS = ("hypernet", "local")
 DESCRIPTORS = ("none", "label_histogram")
 log = logging.getLogger(__name__)
+HEADS_WARN = 100_000_000  # warn above this many parameters in the hypernetwork's full-rank heads
 DESCRIPTOR_KEY = "descriptor"  # the reply's array with the client's task descriptor s_i (task-aware embeddings)
 
 
@@ -256,9 +257,6 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
                                    hopt=_clone_tree(updater.state_dict()))
 
 
-HEADS_WARN = 100_000_000  # warn above this many parameters in the hypernetwork's full-rank heads
-
-
 def warn_heads(partition: ParamPartition, p: AdaptFEDParams) -> None:
     """Warn when the full-rank heads, (hidden_dim + 1) x D_s parameters, are large: a real FocalNet-T's focal
     modulation (D_s ~ 6.5M) gives ~656M with hidden_dim 100; `rank` / `lora_rank` shrink them."""
@@ -281,6 +279,10 @@ class GeneratedModel(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         generated = self.hnet.generate_from_embedding(self.z, self.descriptor)
         return torch.func.functional_call(self.model, generated, (x,), strict=False)  # type: ignore[no-any-return]
+
+    def export_state_dict(self) -> dict[str, torch.Tensor]:
+        """xi-bar with P = h(phi; z_new): the weights it predicts with, as the plain model's (`fedhet export`)."""
+        return {**self.model.state_dict(), **self.hnet.generate_from_embedding(self.z, self.descriptor)}
 
 
 def _clone(state: StateDict) -> StateDict:
