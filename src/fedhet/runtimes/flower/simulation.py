@@ -8,7 +8,9 @@ The clients' per-round states go to `<run_dir>/client_states/`, so `resume=True`
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,30 @@ def backend_config(num_cpus: int | None = None, cpus_per_client: float = 1.0) ->
     if num_cpus is not None:
         backend["init_args"] = {"num_cpus": num_cpus}
     return backend
+
+
+class _RunSimulationDeprecation(logging.Filter):
+    """Drops flwr's "DEPRECATED FEATURE: The `run_simulation` function is deprecated ..." record. Flower logs it
+    through its own console handler and, once a root handler exists (fedhet's CLI sets one), again through that:
+    twice, and about a call fedhet makes, which the user cannot change."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not ("DEPRECATED FEATURE" in text and "`run_simulation`" in text)
+
+
+@contextlib.contextmanager
+def quiet_run_simulation_deprecation() -> Iterator[None]:
+    """While inside: no copy of Flower's `run_simulation` deprecation warning; one DEBUG line of fedhet's instead."""
+    flwr_logger = logging.getLogger("flwr")
+    drop = _RunSimulationDeprecation()
+    flwr_logger.addFilter(drop)
+    log.debug("starting Flower's simulation engine with flwr.simulation.run_simulation (deprecated in recent flwr in "
+              "favour of `flwr run`; fedhet still uses it for `fedhet flower simulate`)")
+    try:
+        yield
+    finally:
+        flwr_logger.removeFilter(drop)
 
 
 def run_flower_simulation(cfg: ExperimentConfig, run_dir: str | Path, num_cpus: int | None = None,
@@ -52,9 +78,10 @@ def run_flower_simulation(cfg: ExperimentConfig, run_dir: str | Path, num_cpus: 
                               client_state_dir=str(run_dir / "client_states"), resume=resume,
                               stop_after=stop_after or 0)
     try:
-        run_simulation(make_server_app(settings), make_client_app(settings), num_supernodes=num_clients,
-                       backend_config=backend_config(num_cpus, cpus_per_client),  # type: ignore[arg-type]
-                       verbose_logging=verbose)
+        with quiet_run_simulation_deprecation():
+            run_simulation(make_server_app(settings), make_client_app(settings), num_supernodes=num_clients,
+                           backend_config=backend_config(num_cpus, cpus_per_client),  # type: ignore[arg-type]
+                           verbose_logging=verbose)
     except KeyboardInterrupt:
         settings.stop_event.set()  # the ServerApp thread rolls back, checkpoints and stops
         settings.finished.wait(timeout=60.0)
