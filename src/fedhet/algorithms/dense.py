@@ -18,9 +18,9 @@ clients' normalisation (`normalize`, FedBiP's `ImageFormat`).
 
 **Simplified** (labelled, switches): the official run is 200 epochs of 30 generator steps on batches of 256 with
 `ngf` 64 and `nz` 256; the defaults here are a CPU-test size and `server_epochs`, `g_steps`, `synthesis_batch_size`,
-`kd_batch_size`, `ngf` and `nz` set them (configs/fedbip/feature_shift.yaml names its own); the synthesis view (`augment`) is one random shift and flip per batch
-(official: kornia's per-image crop and flip, plus a second "local" view it does not use); no augmentation of the pool
-during distillation (official: a random flip).
+`kd_batch_size`, `ngf` and `nz` set them (configs/fedbip/feature_shift.yaml names its own); the synthesis view
+(`augment`) is one random shift and flip per batch (official: kornia's per-image crop and flip, plus a second
+"local" view it does not use); no augmentation of the pool during distillation (official: a random flip).
 """
 
 from __future__ import annotations
