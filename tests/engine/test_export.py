@@ -150,3 +150,17 @@ def test_personal_models_reload_exactly(tmp_path: Path, method: str) -> None:
     final = _final(run)
     for name, test in _test_splits(run).items():
         assert _metrics(fedhet.load_exported(out, client=name), test) == final[name]
+
+
+def test_the_manifest_names_restricted_heads_and_flower_checkpoints_are_refused(fedbn: tuple[Path, Path]) -> None:
+    export = export_mod.Export({"a b/c": {}, "d": {}}, {}, {"method": "x"}, {"d": {"accuracy": 0.5}},
+                               heads={"d": [0, 2]})
+    files = export_mod.file_names(list(export.clients))
+    made = export_mod.manifest(export, files)
+    assert made["clients"]["d"] == {"file": "clients/d.pt", "metrics": {"accuracy": 0.5}, "classes": [0, 2]}
+    assert made["clients"]["a b/c"]["file"] == "clients/a_b_c.pt" and "classes" not in made["clients"]["a b/c"]
+    assert export_mod.file_names(["a/b", "a_b"]) == {"a/b": "clients/a_b.pt", "a_b": "clients/a_b-2.pt"}
+    run = export_mod.load_run(export_mod.checked_run(fedbn[0]))
+    run.states = {"state_round": {0: 2}}  # what a Flower run's checkpoint holds
+    with pytest.raises(FedhetError, match="holds no client states: the Flower runtime keeps them on the clients"):
+        export_mod.client_models(run)

@@ -55,6 +55,7 @@ class Export:
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     global_model: StateDict | None = None
     note: str = ""
+    heads: dict[str, list[int]] = field(default_factory=dict)  # clients whose head predicts only these class ids
 
 
 @dataclass
@@ -117,6 +118,10 @@ def check_architecture(exp: Experiment, template: dict[str, tuple[int, ...]], st
 def client_models(run: LoadedRun) -> dict[str, StateDict]:
     """Each training client's deployed model, by client name, built as the run's last evaluation built it."""
     exp, alg = run.exp, run.exp.algorithm
+    if not all(i in run.states for i in range(len(exp.arrangement.train))):
+        raise FedhetError(f"the checkpoint of this run (run.runtime={run.cfg.run.runtime}) holds no client states: "
+                          "the Flower runtime keeps them on the clients, so their deployed models cannot be rebuilt "
+                          "here; export runs of the in-process or batched runtime")
     out: dict[str, StateDict] = {}
     template = shapes(exp)
     for cid in exp.arrangement.pool(len(exp.data.clients)):
@@ -178,7 +183,8 @@ def file_names(names: list[str]) -> dict[str, str]:
 
 def manifest(export: Export, files: dict[str, str]) -> dict[str, Any]:
     """export.json: the facts, each client's file and final metrics, and the global model (or why none)."""
-    clients = {n: {"file": files[n], "metrics": export.metrics.get(n)} for n in export.clients}
+    clients = {n: {"file": files[n], "metrics": export.metrics.get(n),
+                   **({"classes": export.heads[n]} if n in export.heads else {})} for n in export.clients}
     glob: dict[str, Any] = {"file": None, "note": export.note}
     if export.global_model is not None:
         glob = {"file": GLOBAL_FILE, "metrics": export.metrics.get("pooled")}
@@ -248,6 +254,7 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, overwrite: bo
     facts = {"run": str(rundir.path.resolve()), "name": run.cfg.name, "method": run.cfg.method,
              "seed": run.cfg.seed, "round": run.round, "personalized": run.exp.algorithm.personalized,
              "held_out": [run.exp.data.clients[c].name for c in run.exp.arrangement.novel]}
+    heads = {c.name: list(c.classes) for c in run.exp.data.clients if c.classes is not None and c.name in clients}
     export = Export(clients, model_spec(run.cfg, run.exp), facts, final_metrics(rundir), glob,
-                    "" if glob is not None else NO_GLOBAL)
+                    "" if glob is not None else NO_GLOBAL, heads)
     return write_folder(folder, lambda tmp: fill_folder(tmp, export))
