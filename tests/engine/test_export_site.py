@@ -104,6 +104,16 @@ def test_bad_site_data_is_one_clear_error(shapes: tuple[Path, Path], tmp_path: P
     assert not (tmp_path / "extra" / "novel.json").exists()
 
 
+def test_the_cli_says_a_bad_site_in_one_line(shapes: tuple[Path, Path], tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from fedhet.cli import main
+
+    run, _ = shapes
+    assert main(["adapt", str(run), "--data", str(tmp_path / "nowhere"), "--name", "x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not found" in err[0] and "Traceback" not in err[0]
+
+
 def test_a_csv_site_must_have_the_runs_columns(tmp_path: Path) -> None:
     table = write_example_csv(tmp_path / "hospitals.csv", rows_per_hospital=30)
     lines = table.read_text().splitlines()
