@@ -116,11 +116,15 @@ def test_each_flower_run_gets_its_own_folder_and_resume_continues_the_newest(tmp
         write_site(tmp_path / site, "csv", site, seed=len(site))
     configs = [(s, {"data-root": str(tmp_path / s), "client-id": s}) for s in SITES]
     settings = FlowerSettings(config=csv_config(tmp_path), run_dir=str(tmp_path / "runs"), node_data=True,
-                              per_run_dir=True, progress=False, wait_for_nodes=1.0)
+                              per_run_dir=True, progress=False, wait_for_nodes=1.0,
+                              client_state_dir=str(tmp_path / "states"))
     for run_id in (11, 12):  # the same App, run twice
         run_server(flower_grid(settings, configs), settings, run_id)  # type: ignore[arg-type]
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["run-11", "run-12"]
     assert all((tmp_path / "runs" / f"run-{i}" / "summary.json").is_file() for i in (11, 12))
+    # the clients keep their states per run folder too: resuming run-11 never reads run-12's
+    assert {p.relative_to(tmp_path / "states").as_posix() for p in (tmp_path / "states").rglob("round_2.pt")} == {
+        f"run-{i}/client_{c}/round_2.pt" for i in (11, 12) for c in (0, 1)}
     resumed = FlowerSettings(**{**vars(settings), "resume": True})
     os.utime(tmp_path / "runs" / "run-11" / "checkpoints" / "latest.pt", (1e9, 1e9))  # run-12 is the newest
     assert run_folder(resumed, 13) == tmp_path / "runs" / "run-12"

@@ -132,6 +132,7 @@ def run_server(grid: Grid, settings: FlowerSettings, run_id: int = 0) -> RunResu
                                               wait_for_nodes=settings.wait_for_nodes,
                                               poll_interval=settings.poll_interval, stop_event=settings.stop_event,
                                               partition_query=settings.partition_query, link=link)
+            loop.flower.run_folder = run_dir.name if settings.per_run_dir else ""
             if settings.resume:
                 loop.resume()
             result = loop.run(stop_after=settings.stop_after or None)

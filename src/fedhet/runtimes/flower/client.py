@@ -1,8 +1,9 @@
 """The ClientApp side: one fedhet client per SuperNode, seeded and run exactly as `InProcessClients` does.
 
 The client id is the node's `partition-id` (Flower's node config; the simulation sets it for every virtual
-node). The client's state (FedBN's local BatchNorm, Ditto's personal model, optimizer states, ...) never leaves
-the node. It is kept per round: after fitting round r the node stores its new state as "round r" (in Flower's
+node), or in a node-data run its `client-id`, with its data read from its own `data-root` (local_data.py).
+The client's state (FedBN's local BatchNorm, Ditto's personal model, optimizer states, ...) never leaves the
+node. It is kept per round: after fitting round r the node stores its new state as "round r" (in Flower's
 `context.state`, and as `round_<r>.pt` in its state folder when it has one), but uses it only once the server
 says so. Every request of fedhet's server carries `state-round` (in its "config" record): the last round whose
 fit reply of this client the server aggregated (0: none, the algorithm's initial state); a stock Flower
@@ -19,6 +20,7 @@ clients that had not yet been aggregated.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -217,24 +219,27 @@ def latest_state_round(context: Context, setup: ClientSetup, cid: int, before: i
 
 
 def _request(content: RecordDict, context: Context, setup: ClientSetup, fit: bool
-             ) -> tuple[Experiment, int, Request, int]:
-    """Decode a train / evaluate request: experiment, client id (the node's partition-id), the request and the
-    round of the state to continue from."""
+             ) -> tuple[Experiment, int, Request, int, ClientSetup]:
+    """Decode a train / evaluate request: experiment, client id (the node's partition-id), the request, the
+    round of the state to continue from and the setup of this run (state folders per run folder, if any)."""
     exp, cid = experiment_and_id(context, setup)
     request = read_request(content)
+    if request.run_folder:  # per-run-dir: one Flower run's states never mix with another's
+        setup = dataclasses.replace(setup, run_dir=str(Path(setup.run_dir) / request.run_folder), state_dir=str(
+            Path(setup.state_dir) / request.run_folder) if setup.state_dir else "")
     state_round = request.state_round
     if state_round is None:  # a stock Flower server: continue from the latest state (of an earlier round, to fit)
         check_stock_arrays(exp, request.message.arrays)
         state_round = latest_state_round(context, setup, cid, request.round if fit else request.round + 1)
     prune_states(context, setup, cid, request.round, {state_round, *request.keep_rounds})
-    return exp, cid, request, state_round
+    return exp, cid, request, state_round, setup
 
 
 def train_content(content: RecordDict, context: Context, setup: ClientSetup | dict[str, Any]) -> RecordDict:
     """One client's local training round, seeded by (seed, round, client, 'fit') as in-process: the reply's
     content (the request's content in, `context.state` updated)."""
     setup = _setup(setup)
-    exp, cid, request, state_round = _request(content, context, setup, fit=True)
+    exp, cid, request, state_round, setup = _request(content, context, setup, fit=True)
     rnd = request.round
     state = load_state(context, exp, setup, cid, state_round)
     ctx = exp.context(cid, rnd, exp.data.clients[cid])
@@ -248,7 +253,7 @@ def evaluate_content(content: RecordDict, context: Context, setup: ClientSetup |
     """Metrics of the client's deployed model on its own split (the request's `split`, else 'test'), seeded by
     (seed, round, client, 'evaluate')."""
     setup = _setup(setup)
-    exp, cid, request, state_round = _request(content, context, setup, fit=False)
+    exp, cid, request, state_round, setup = _request(content, context, setup, fit=False)
     split = request.split or "test"
     if split not in ("train", "val", "test"):
         raise FedhetError(f"unknown split {split!r} in the evaluate request; expected train, val or test")

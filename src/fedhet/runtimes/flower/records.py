@@ -38,7 +38,8 @@ QUERY_ACTION = "partition_id"  # a query action only fedhet's ClientApp register
 QUERY_PARTITION = f"{MessageType.QUERY}.{QUERY_ACTION}"
 DATA_SCHEMA = "fedhet-data-schema"  # a node-data query reply: its data's names and shapes (local_data.py)
 LR, LOCAL_EPOCHS = "lr", "local-epochs"  # the train config Flower's quickstart ClientApps read (fedhet's ignore it)
-REQUEST_KEYS = (SERVER_ROUND, SPLIT, STATE_ROUND, KEEP_ROUNDS, LR, LOCAL_EPOCHS)  # reserved in a request's "config"
+RUN_FOLDER = "run-folder"  # the server's run folder (per-run-dir runs): client state folders are kept per run
+REQUEST_KEYS = (SERVER_ROUND, SPLIT, STATE_ROUND, KEEP_ROUNDS, LR, LOCAL_EPOCHS, RUN_FOLDER)  # reserved in "config"
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Request:
     split: str | None = None
     state_round: int | None = None
     keep_rounds: tuple[int, ...] = field(default=())
+    run_folder: str = ""  # per-run-dir: the server's run folder name ('' = the run dir itself)
 
 
 def request_content(msg: Message, rnd: int, **bookkeeping: ConfigRecordValues) -> RecordDict:
@@ -68,13 +70,14 @@ def read_request(content: RecordDict) -> Request:
     if SERVER_ROUND not in config:
         raise ValueError(f"the request has no '{SERVER_ROUND}' in its ConfigRecord '{CONFIG}'")
     split, state_round = config.pop(SPLIT, None), config.pop(STATE_ROUND, None)
+    run_folder = str(config.pop(RUN_FOLDER, ""))
     for hint in (LR, LOCAL_EPOCHS):  # a fedhet client trains as its experiment config says
         config.pop(hint, None)
     keep, rnd = config.pop(KEEP_ROUNDS, []), int(config.pop(SERVER_ROUND))  # type: ignore[arg-type]
     message = Message(_tensors(content), _scalars(config))
     return Request(message, rnd, None if split is None else str(split),
                    None if state_round is None else int(state_round),  # type: ignore[arg-type]
-                   tuple(int(r) for r in keep))  # type: ignore[union-attr]
+                   tuple(int(r) for r in keep), run_folder)  # type: ignore[union-attr]
 
 
 def fit_reply_content(msg: Message, num_examples: int) -> RecordDict:

@@ -31,7 +31,7 @@ from fedhet.engine.experiment import Experiment
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower import checkpoint_config
 from fedhet.runtimes.flower.faults import RoundFailed, required
-from fedhet.runtimes.flower.records import LOCAL_EPOCHS, LR, request_content
+from fedhet.runtimes.flower.records import LOCAL_EPOCHS, LR, RUN_FOLDER, request_content
 from fedhet.runtimes.flower.transport import NodeLink
 from fedhet.runtimes.flower.validation import ReplyRejected, evaluate_reply, expected_reply_spec, fit_reply
 
@@ -55,6 +55,7 @@ class FlowerClients:
         # the last round whose fit reply of each client was aggregated (0: none); also at the last checkpoint
         # and at the start of the current round: the states a client may still be asked for
         self.state_round: dict[int, int] = {}
+        self.run_folder = ""  # per-run-dir: this run's folder name, sent so clients keep their states per run
         self.checkpoint_round: dict[int, int] = {}
         self.start_round: dict[int, int] = {}
         if link is None:
@@ -140,7 +141,8 @@ class FlowerClients:
     # -------------------------------------------------------------- bookkeeping
     def _state_meta(self, cid: int) -> dict[str, Any]:
         rounds = {self.checkpoint_round.get(cid, 0), self.start_round.get(cid, 0)}
-        return {"state-round": self.state_round.get(cid, 0), "keep-rounds": sorted(rounds)}
+        meta: dict[str, Any] = {"state-round": self.state_round.get(cid, 0), "keep-rounds": sorted(rounds)}
+        return {**meta, RUN_FOLDER: self.run_folder} if self.run_folder else meta
 
     def _report(self, rnd: int, phase: str, problems: dict[int, str]) -> None:
         for cid, reason in sorted(problems.items()):
