@@ -16,7 +16,6 @@ whole into a temporary folder beside it, then renamed into place.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -222,19 +221,22 @@ def write_folder(out: Path, fill: Callable[[Path], None]) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     os.chmod(tmp, 0o777 & ~current_umask())
-    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    old: Path | None = None
     try:
         fill(tmp)
         if out.exists():
-            os.replace(out, old)
+            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+            os.replace(out, old)  # onto an empty folder: allowed
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if old.exists() and not out.exists():
+        if old is not None and not out.exists():
             os.replace(old, out)
+        elif old is not None:
+            shutil.rmtree(old, ignore_errors=True)
         raise
-    with contextlib.suppress(OSError):
-        shutil.rmtree(old)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return out
 
 
