@@ -1,5 +1,6 @@
 """Issue 37's FedBiP tables (docs/results/fedbip.md, "Issue 37"): Table 1 per domain with the one-shot baselines
-(FedD3, FGL) and FedBiP with both start latents side by side (`upload`: runs/fedbip_digits, the runs made before
+(FedD3, DENSE, FedDEO, FGL: simplified stand-ins, each run's `stand_in:` note printed under the table) and FedBiP
+with both start latents side by side (`upload`: runs/fedbip_digits, the runs made before
 the switch; `fresh`: runs/fedbip_digits_fresh, the official code's behaviour), the size sweep with both, and
 Table 3's rows that read z(T) with both (runs/fedbip_ablation vs runs/fedbip_ablation_fresh).
 
@@ -12,11 +13,13 @@ import argparse
 import json
 from pathlib import Path
 
+import yaml
 from fedbip_tables import ABLATION, SIZES, accuracies, cell, runs_of
 
 OLD, NEW = "fedbip_digits", "fedbip_digits_fresh"
 BASELINES = {"fedavg": "FedAvg (50 rounds)", "central": "Central (oracle)", "fedd3": "FedD3 (1 shot)",
-             "fgl": "FGL (1 shot)", "prompt_only": "LDM, prompt only"}
+             "dense": "DENSE (1 shot)", "feddeo": "FedDEO (1 shot)", "fgl": "FGL (1 shot)",
+             "prompt_only": "LDM, prompt only"}
 FEDBIP = {"fedbip_s": "S", "fedbip_m": "M", "fedbip_l": "L"}
 
 
@@ -30,6 +33,17 @@ def table1(root: Path) -> str:
     for c in [*clients, "avg"]:
         lines.append(f"| {c} | " + " | ".join(cell(accuracies(root, n, v, c)) for n, v, _ in columns) + " |")
     return "\n".join(lines) + "\n"
+
+
+def baseline_notes(root: Path) -> str:
+    """The `stand_in:` note of each one-shot baseline's runs (from their config.yaml), one line per distinct note."""
+    lines = []
+    for variant in ("fedd3", "dense", "feddeo", "fgl"):
+        notes = {str((yaml.safe_load((run / "config.yaml").read_text()) or {}).get("stand_in") or "")
+                 for run in runs_of(root, OLD, variant) if (run / "config.yaml").is_file()}
+        lines += [f"- **{BASELINES[variant]}**: {note} (its runs' `stand_in:`)" for note in sorted(notes) if note]
+    return "\n".join(["Stand-ins of the one-shot baselines (simplified; docs/fedbip.md, one section each):", "",
+                      *lines]) + "\n" if lines else ""
 
 
 def sizes(root: Path) -> str:
@@ -53,7 +67,8 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs"))
     args = parser.parse_args()
     text = (f"# FedBiP, issue 37: start latents and one-shot baselines\n\nTable 1 (accuracy %, mean ± std over "
-            f"seeds; n shown when not 3):\n\n{table1(args.runs)}\nSize sweep (avg %):\n\n{sizes(args.runs)}\n"
+            f"seeds; n shown when not 3):\n\n{table1(args.runs)}\n{baseline_notes(args.runs)}\n"
+            f"Size sweep (avg %):\n\n{sizes(args.runs)}\n"
             f"Table 3, FedBiP-M (avg %):\n\n{ablation(args.runs)}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)

@@ -10,8 +10,9 @@
 #              behaviour (start_latent=upload: every copy restarts from one z(T))
 #   ablation_fresh  issue 37: Table 3's rows with z(T) (zt_only, all_no_perturb, all) with start_latent=fresh into
 #              runs/fedbip_ablation_fresh (the rows without z(T) do not depend on it)
-#   baselines  issue 37: Table 1's one-shot baselines FedD3 and FGL (BASELINES, default fedd3,fgl) into
-#              runs/fedbip_digits
+#   baselines  issue 37: Table 1's one-shot baselines FedD3, FGL, FedDEO and DENSE (BASELINES, default
+#              fedd3,fgl,feddeo,dense; all simplified, docs/fedbip.md) into runs/fedbip_digits; DENSE from
+#              configs/fedbip/dense.yaml (it takes none of FedBiP's method_args), the others from feature_shift.yaml
 #   label      Table 2: Fashion-MNIST, 5 clients, IID / Dirichlet 0.5 / Dirichlet 0.01 (configs/fedbip/label_shift.yaml)
 #   privacy    Table 4: `fedhet privacy` (loss / entropy gaps) on FedBiP-L, FedAvg and Central of every table
 #   reports    `fedhet report` per run name, the MIA and size tables and the real-vs-generated grids
@@ -54,7 +55,14 @@ if [[ $what == all || $what == ablation ]]; then
   save runs/fedbip_ablation
 fi
 if [[ $what == baselines ]]; then
-  $FEDHET sweep configs/fedbip/feature_shift.yaml --methods "${BASELINES:-fedd3,fgl}" --seeds "$SEEDS" -q
+  baselines=",${BASELINES:-fedd3,fgl,feddeo,dense},"
+  others=$(echo "$baselines" | tr , '\n' | grep -v -x -e dense -e '' | paste -sd, || true)
+  if [[ -n $others ]]; then
+    $FEDHET sweep configs/fedbip/feature_shift.yaml --methods "$others" --seeds "$SEEDS" -q
+  fi
+  if [[ $baselines == *,dense,* ]]; then
+    $FEDHET sweep configs/fedbip/dense.yaml --seeds "$SEEDS" -q
+  fi
   save runs/fedbip_digits
 fi
 if [[ $what == fresh ]]; then  # seed after seed, so each seed's size sweep is complete before the next starts

@@ -8,11 +8,13 @@ by the last batch, the client's model not trained."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
 from torch import nn
 
 from fedhet.algorithms.dense import Dense
@@ -134,3 +136,12 @@ def test_the_server_distils_on_a_growing_pool(fitted: tuple[Experiment, list[Rep
     assert sizes == [8, 16] and server.synthetic == 16 and server.losses["kd"] > 0
     assert not torch.equal(server.model["features.0.weight"], alg.parts.init_state["features.0.weight"])
     assert alg.broadcast(server, exp.round_info(1), 0).arrays is server.model  # every client deploys the student
+
+
+def test_the_table_config_keeps_common_yaml_setting() -> None:
+    """configs/fedbip/dense.yaml copies common.yaml's data, model, training and run settings (it cannot extend it:
+    it would inherit FedBiP's method_args), so DENSE's Table 1 row stands on FedBiP's setting."""
+    folder = Path(__file__).parents[2] / "configs" / "fedbip"
+    dense, common = (yaml.safe_load((folder / f).read_text()) for f in ("dense.yaml", "common.yaml"))
+    for key in ("name", "seed", "rounds", "data", "model", "train", "run"):
+        assert dense[key] == common[key], key
