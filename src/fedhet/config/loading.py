@@ -83,8 +83,8 @@ def _read_config_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     """
     where = f" (extended by '{seen[-1]}')" if seen else ""
     if not path.exists():
-        raise ConfigError(f"config file '{path}'{where} not found; `fedhet configs` lists the example configs "
-                          "shipped with fedhet (run one by name, e.g. `fedhet run quickstart`)")
+        raise ConfigError(f"config file '{path}'{where} not found; see configs/ for examples (`fedhet configs` "
+                          "lists the ones shipped with fedhet; run one by name, e.g. `fedhet run quickstart`)")
     if path.resolve() in seen:
         raise ConfigError(f"config file '{path}' extends itself through: {' -> '.join(map(str, seen))}")
     loaded = load_yaml(read_text(path, "config file"), f"config file '{path}'{where}")
