@@ -89,9 +89,14 @@ def stray_markers(page: Path) -> list[str]:
 
 def fedhet_commands(block: Block) -> list[list[str]]:
     """The argument lists of every `fedhet ...` invocation in a shell block (after `VAR=value` prefixes, `&&`,
-    `|`, `&`); `[--flag value]` marks optional flags in the docs, checked as if given."""
+    `|`, `&`; in a console block only the `$ ` lines); `[--flag value]` marks optional flags in the docs, checked
+    as if given."""
     found = []
     for line in block.code.replace("\\\n", " ").splitlines():
+        if block.lang == "console":  # a session: `$ command` lines, the rest is output
+            if not line.startswith("$ "):
+                continue
+            line = line[2:]
         lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
         lexer.whitespace_split, lexer.commenters = True, "#"
         segment: list[str] = []

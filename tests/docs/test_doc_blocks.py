@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from doc_blocks import Block, blocks, fedhet_commands, pages, run_config_strings, stray_markers  # noqa: E402
+from doc_blocks import SHELLS, Block, blocks, fedhet_commands, pages, run_config_strings, stray_markers  # noqa: E402
 
 PAGES = pages()
 ALL = [b for page in PAGES for b in blocks(page)]
@@ -141,14 +141,13 @@ def _check_command(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str |
     return None
 
 
-@pytest.mark.parametrize("page", _pages_with(lambda b: b.lang in ("bash", "sh", "console", "shell")
-                                             and fedhet_commands(b)), ids=_ids)
+@pytest.mark.parametrize("page", _pages_with(lambda b: b.lang in SHELLS and fedhet_commands(b)), ids=_ids)
 def test_fedhet_command_lines_parse_and_their_configs_validate(page: Path, tmp_path: Path, monkeypatch, capsys,
                                                                registries) -> None:
     _page_folder(page, tmp_path, monkeypatch)
     problems = []
     for block in blocks(page):
-        if block.lang in ("bash", "sh", "console", "shell") and block.marker != "skip":
+        if block.lang in SHELLS and block.marker != "skip":
             for argv in fedhet_commands(block):
                 why = _check_command(argv, capsys)
                 if why:
