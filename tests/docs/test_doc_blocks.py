@@ -124,8 +124,10 @@ def _check_command(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str |
 
     try:
         args = parse_args(argv)
-    except SystemExit:
+    except SystemExit:  # argparse's own usage error, printed
         return f"does not parse: {capsys.readouterr().err.strip().splitlines()[-1]}"
+    except Exception as err:  # noqa: BLE001 - fedhet's one-line usage errors
+        return f"does not parse: {type(err).__name__}: {err}"
     config, overrides = getattr(args, "config", None), list(getattr(args, "overrides", None) or [])
     if config is not None and "=" in config:
         config, overrides = None, [config, *overrides]
@@ -187,3 +189,19 @@ def test_run_config_examples_parse_in_flower_and_validate(page: Path, monkeypatc
     problems = [f"{page.name}: --run-config {text!r}: {why}" for text in run_config_strings(page)
                 if (why := _run_config_problem(text))]
     assert problems == []
+
+
+def test_the_checker_finds_the_blocks_and_catches_bad_lines(tmp_path: Path, monkeypatch, capsys) -> None:
+    """The checks above would pass silently if nothing were found, or if a bad line went through."""
+    commands = [argv for b in ALL if b.lang in SHELLS for argv in fedhet_commands(b)]
+    assert len(commands) >= 40 and len(PYTHON) >= 8
+    bash = Block(PAGES[0], 1, "bash", "FEDHET_DATA=/d fedhet flower simulate configs/quickstart.yaml \\\n"
+                                      "    [--num-cpus 2] rounds=3 &  # comment\nflwr run app\n")
+    assert fedhet_commands(bash) == [["flower", "simulate", "configs/quickstart.yaml", "--num-cpus", "2", "rounds=3"]]
+    monkeypatch.chdir(tmp_path)
+    assert _check_command(["run", "configs/quickstart.yaml", "rounds=2"], capsys) is None
+    assert "does not load" in str(_check_command(["run", "configs/quickstart.yaml", "trian.lr=0.1"], capsys))
+    assert "does not load" in str(_check_command(["run", "configs/no_such.yaml"], capsys))
+    assert "does not parse" in str(_check_command(["run", "configs/quickstart.yaml", "--no-such-flag"], capsys))
+    assert "cannot parse" in str(_run_config_problem('method=fedbn data.domains="[mnist, usps]"'))
+    assert _run_config_problem('method="fedbn" rounds=5') is None
