@@ -124,6 +124,13 @@ def _fedhet_argv(tokens: list[str]) -> list[list[str]]:
     return [argv]
 
 
-def run_config_strings(page: Path) -> list[str]:
-    """The value of every `--run-config "..."` on the page (shell blocks and inline code alike)."""
-    return [shlex.split(m.group(1))[0] for m in RUN_CONFIG.finditer(page.read_text())]
+def run_config_strings(page: Path) -> list[tuple[str, bool]]:
+    """(value, shows an error) of every `--run-config "..."` on the page (shell blocks and inline code alike); an
+    example of a refused run config shows the error (`error: ...`) on its line or the two after it."""
+    text = page.read_text()
+    found = []
+    for m in RUN_CONFIG.finditer(text):
+        start = text.rfind("\n", 0, m.start()) + 1
+        after = "\n".join(text[start:].splitlines()[:3])
+        found.append((shlex.split(m.group(1))[0], re.search(r"\berror:", after) is not None))
+    return found
