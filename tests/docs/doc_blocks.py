@@ -22,6 +22,7 @@ SHELLS = ("bash", "sh", "console", "shell")
 MARKER = re.compile(r"<!--\s*doc-test:\s*(\w+)\s*(?:\((.*)\))?\s*-->")
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 RUN_CONFIG = re.compile(r"--run-config\s+('[^']*'|\"[^\"]*\")")
+NODE_CONFIG = re.compile(r"--node-config\s+('[^']*'|\"[^\"]*\")")
 SEPARATORS = {"&&", "||", ";", "|", "&"}
 
 
@@ -134,3 +135,8 @@ def run_config_strings(page: Path) -> list[tuple[str, bool]]:
         after = "\n".join(text[start:].splitlines()[:3])
         found.append((shlex.split(m.group(1))[0], re.search(r"\berror:", after) is not None))
     return found
+
+
+def node_config_strings(page: Path) -> list[str]:
+    """The value of every `--node-config "..."` on the page."""
+    return [shlex.split(m.group(1))[0] for m in NODE_CONFIG.finditer(page.read_text())]

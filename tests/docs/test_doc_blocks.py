@@ -19,7 +19,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from doc_blocks import SHELLS, Block, blocks, fedhet_commands, pages, run_config_strings, stray_markers  # noqa: E402
+from doc_blocks import (  # noqa: E402
+    SHELLS,
+    Block,
+    blocks,
+    fedhet_commands,
+    node_config_strings,
+    pages,
+    run_config_strings,
+    stray_markers,
+)
 
 PAGES = pages()
 ALL = [b for page in PAGES for b in blocks(page)]
@@ -214,3 +223,13 @@ def test_the_checker_finds_the_blocks_and_catches_bad_lines(tmp_path: Path, monk
     assert "does not parse" in str(_check_command(["run", "configs/quickstart.yaml", "--no-such-flag"], capsys))
     assert "cannot parse" in str(_run_config_problem('method=fedbn data.domains="[mnist, usps]"'))
     assert _run_config_problem('method="fedbn" rounds=5') is None
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if node_config_strings(p)], ids=_ids)
+def test_node_config_examples_parse_in_flower(page: Path) -> None:
+    """`flower-supernode --node-config "..."` goes through the same Flower parser: text values quoted."""
+    pytest.importorskip("flwr")
+    from flwr.common.config import parse_config_args
+
+    for text in node_config_strings(page):
+        assert all(value != "" for value in parse_config_args([text]).values()), text
