@@ -6,6 +6,7 @@
 - every `fedhet ...` line of a shell block parses with fedhet's own parser, the config file and overrides it
   names load and validate (not those under runs/, which earlier commands write), and the cheap ones
   (`fedhet methods`, `configs`, `data list`, `sweep --check`) run;
+- every yaml block is an experiment config that validates, or a tune search space;
 - every `--run-config "..."` string parses with Flower's own parser (text values quoted) and validates against an
   App fedhet writes, unless the page shows its `error:` right there (an example of a refused key).
 """
@@ -233,3 +234,28 @@ def test_node_config_examples_parse_in_flower(page: Path) -> None:
 
     for text in node_config_strings(page):
         assert all(value != "" for value in parse_config_args([text]).values()), text
+
+
+@pytest.mark.parametrize("page", _pages_with(lambda b: b.lang in ("yaml", "yml") and b.marker != "skip"), ids=_ids)
+def test_yaml_blocks_are_valid_configs(page: Path, tmp_path: Path, monkeypatch, registries) -> None:
+    """A YAML block is an experiment config (validated as `fedhet run` would) or a tune search space."""
+    import yaml
+
+    from fedhet.config import load_config
+    from fedhet.tune.config import parse_space
+
+    _page_folder(page, tmp_path, monkeypatch)
+    problems = []
+    for block in blocks(page):
+        if block.lang not in ("yaml", "yml") or block.marker == "skip":
+            continue
+        try:
+            tree = yaml.safe_load(block.code)
+            assert isinstance(tree, dict), "not a mapping"
+            if {"client", "preset"} & set(tree):
+                parse_space(tree)
+            else:
+                load_config(base=tree)
+        except Exception as err:  # noqa: BLE001 - reported with the block
+            problems.append(f"{block.name}: {type(err).__name__}: {err}")
+    assert problems == []
