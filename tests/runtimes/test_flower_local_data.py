@@ -181,3 +181,28 @@ def test_a_node_data_root_needs_a_node_data_run(tmp_path) -> None:
                       node_config={"data-root": str(tmp_path), "client-id": "site_a"})
     with pytest.raises(FedhetError, match="node-data=true"):
         client.experiment_and_id(context, setup)
+
+
+@pytest.mark.slow
+def test_a_real_deployment_reads_each_site_on_its_own_node(tmp_path) -> None:
+    """SuperLink + 2 SuperNodes on 127.0.0.1 (`flwr run`, each node with its fedhet worker), each SuperNode given
+    only its own site's folder; the App's data.root does not exist, so the ServerApp could not read client data.
+    The metric rows equal the in-process run's. About a minute."""
+    from fedhet.runtimes.flower.app_folder import write_flower_app
+    from fedhet.runtimes.flower.deploy import LocalFederation, flwr_run
+
+    for i, site in enumerate(SITES):
+        write_site(tmp_path / "nodes" / site, "csv", site, seed=i)
+        write_site(tmp_path / "all", "csv", site, seed=i)
+    cfg = load_config(None, COMMON + KINDS["csv"] + [f"data.root={tmp_path / 'all'}"])
+    run_experiment(cfg, tmp_path / "inprocess", progress=False)
+    shutil.rmtree(tmp_path / "all")
+    config = cfg.to_dict()
+    config["run"]["runtime"] = "flower"
+    app = write_flower_app(tmp_path / "work" / "app", config, tmp_path / "runs", node_data=True)
+    sites = [f"data-root='{tmp_path / 'nodes' / s}' client-id='{s}'" for s in reversed(SITES)]  # node 0: site_b
+    with LocalFederation(2, tmp_path / "work", extra_node_config=sites, workers=True) as federation:
+        flwr_run(app, federation, timeout=600)
+    (run,) = (tmp_path / "runs").glob("run-*")
+    assert [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()] == \
+        [json.loads(line) for line in (tmp_path / "inprocess" / "metrics.jsonl").read_text().splitlines()]

@@ -51,10 +51,11 @@ class LocalFederation:
     starts the SuperLink with `--enable-supernode-auth` and registers a fresh key pair per SuperNode
     (`<workdir>/node-keys`, node_auth.py). With `workers`, a `fedhet flower worker` runs beside each SuperNode
     (socket `<workdir>/workers/node<i>.sock`, named in the node config as `fedhet-worker`) and the lean
-    ClientApp of `node_app` forwards every message to it."""
+    ClientApp of `node_app` forwards every message to it. `extra_node_config`: more node config, the same for every
+    SuperNode or a list with one entry per SuperNode (node-data: `data-root=... client-id=...`, local_data.py)."""
 
     def __init__(self, num_nodes: int, workdir: str | Path, port: int | None = None,
-                 extra_node_config: str = "", tls: TlsFiles | None = None,
+                 extra_node_config: str | list[str] = "", tls: TlsFiles | None = None,
                  task_poll_interval: float | None = TASK_POLL_INTERVAL, workers: bool = False,
                  isolation: str = "subprocess", supernode_auth: bool = False) -> None:
         if isolation not in ISOLATIONS:
@@ -148,8 +149,9 @@ class LocalFederation:
         """Start the SuperNode holding `partition` (also to restart one that was killed); with SuperNode
         authentication it signs with `auth_key` (default: its registered `<workdir>/node-keys/node<i>`)."""
         worker = f' fedhet-worker="{self.worker_socket(partition)}"' if self.workers else ""
-        node_config = (f"partition-id={partition} num-partitions={self.num_nodes}{worker} "
-                       f"{self.extra_node_config}").strip()
+        extra = self.extra_node_config  # one string for all nodes, or one per node (e.g. each site's data-root)
+        extra = extra[partition] if isinstance(extra, list) else extra
+        node_config = f"partition-id={partition} num-partitions={self.num_nodes}{worker} {extra}".strip()
         key = auth_key or (self.node_keys / f"node{partition}" if self.supernode_auth else None)
         auth = [] if key is None else ["--auth-supernode-private-key", str(key)]
         runtime_port = free_port()
