@@ -147,9 +147,10 @@ def _load_reference(path: str | None) -> dict[str, Any] | None:
     """Published numbers to print beside the measured ones: YAML {client: {method: [mean, std]}}."""
     if path is None:
         return None
+    from fedhet.config.examples import find_config
     from fedhet.yaml_input import load_yaml, read_text
 
-    ref_path = Path(path)
+    ref_path = find_config(path)  # configs/paper/... is also shipped with fedhet
     if not ref_path.is_file():
         raise FedhetError(f"reference file '{path}' not found (see configs/paper/ for examples)")
     data = load_yaml(read_text(ref_path, "reference file"), f"reference file '{path}'")

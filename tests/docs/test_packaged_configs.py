@@ -58,6 +58,13 @@ def test_fedhet_run_from_another_folder_uses_the_packaged_quickstart(tmp_path: P
     assert (tmp_path / "out" / "summary.json").is_file()
 
 
+def test_report_reference_tables_are_found_too(tmp_path: Path, monkeypatch) -> None:
+    from fedhet.cli_commands import _load_reference
+
+    monkeypatch.chdir(tmp_path)
+    assert _load_reference("configs/paper/fraug_table2_digits.yaml")
+
+
 def test_fedhet_configs_lists_and_copies(tmp_path: Path, capsys) -> None:
     assert main(["configs"]) == 0
     listed = [line.strip() for line in capsys.readouterr().out.splitlines()[1:]]
