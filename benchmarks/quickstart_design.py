@@ -117,8 +117,10 @@ def _collect(name: str, data: dict) -> None:
             "accuracy": s["final"]["avg"]["accuracy"], "wall_time_s": round(s["wall_time_s"], 1)}
 
 
-def run_stage(stage: str, names: list[str], only_seeds: list[int] | None = None) -> None:
+def run_stage(stage: str, names: list[str], only_seeds: list[int] | None = None,
+              only_methods: list[str] | None = None) -> None:
     seeds, methods = STAGES[stage]
+    methods = tuple(m for m in methods if only_methods is None or m in only_methods)
     seeds = tuple(s for s in seeds if only_seeds is None or s in only_seeds)
     data = _load()
     data["machine"] = {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version()}
@@ -231,6 +233,7 @@ def main() -> None:
     parser.add_argument("stage", choices=[*STAGES, "table"])
     parser.add_argument("candidates", nargs="*", help=f"any of {', '.join(CANDIDATES)}")
     parser.add_argument("--seeds", help="comma-separated: only these of the stage's seeds (e.g. ones not yet run)")
+    parser.add_argument("--methods", help="comma-separated: only these of the stage's methods")
     args = parser.parse_args()
     unknown = [c for c in args.candidates if c not in CANDIDATES]
     if unknown:
@@ -243,7 +246,8 @@ def main() -> None:
         _save(data)
         write_page(data)
         return
-    run_stage(args.stage, args.candidates, [int(s) for s in args.seeds.split(",")] if args.seeds else None)
+    run_stage(args.stage, args.candidates, [int(s) for s in args.seeds.split(",")] if args.seeds else None,
+              args.methods.split(",") if args.methods else None)
 
 
 if __name__ == "__main__":
