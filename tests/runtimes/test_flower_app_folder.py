@@ -134,3 +134,37 @@ def test_each_flower_run_gets_its_own_folder_and_resume_continues_the_newest(tmp
     assert run_folder(FlowerSettings(**{**vars(settings), "per_run_dir": False}), 13) == tmp_path / "runs"
     with pytest.raises(FedhetError, match="no run directory"):
         run_folder(FlowerSettings(config={}), 1)
+
+
+def test_deploy_reports_the_serverapps_error_line(tmp_path) -> None:
+    from fedhet.runtimes.flower.deploy import serverapp_error
+
+    (tmp_path / "flwr-run.log").write_text("INFO : Starting logstream\n[fedhet] ERROR: run 3 stopped: train.lr must "
+                                           "be > 0\nERROR : ServerApp raised an exception\n")
+    assert serverapp_error(tmp_path / "flwr-run.log") == "run 3 stopped: train.lr must be > 0"
+    assert serverapp_error(tmp_path / "none.log") == ""
+
+
+@pytest.mark.slow
+def test_flwr_run_shows_why_fedhet_refused_the_run(tmp_path) -> None:
+    """A real SuperLink + SuperNode: a value fedhet refuses fails the ServerApp, whose `[fedhet] ERROR` line
+    `flwr run --stream` shows, yet `flwr run` exits 0 (flwr 1.42, docs/deployment.md); a key the App does not list
+    is refused by the SuperLink with code 15 only. About a minute."""
+    import subprocess
+
+    from fedhet.runtimes.flower.deploy import CONNECTION, LocalFederation
+    from fedhet.runtimes.flower.processes import executable
+
+    app = write_flower_app(tmp_path / "app", csv_config(tmp_path), tmp_path / "runs")
+    with LocalFederation(1, tmp_path / "work") as federation:
+        def flwr_run(override: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([executable("flwr"), "run", str(app), CONNECTION, "--stream", "--run-config",
+                                   override], env=federation.env, cwd=federation.workdir, capture_output=True,
+                                  text=True, timeout=300)
+
+        refused, unknown = flwr_run("train.lr=-1.0"), flwr_run("trian.lr=0.05")
+    shown = refused.stdout + refused.stderr
+    assert refused.returncode == 0, shown  # what flwr 1.42 does: the run failed, `flwr run` did not
+    assert "[fedhet] ERROR: run " in shown and "train.lr must be > 0" in shown, shown[-3000:]
+    assert unknown.returncode != 0 and "Invalid run configuration" in unknown.stdout + unknown.stderr
+    assert "trian" not in unknown.stdout + unknown.stderr  # hence app_checks.check_overrides

@@ -167,9 +167,18 @@ def deploy_experiment(cfg: ExperimentConfig, run_dir: str | Path, workdir: str |
     _raise_if_stopped(run_dir / STOPPED_FILE, started)
     finished = (run_dir / "summary.json").is_file() or (stop_after and checkpoint.is_file())
     if not finished:
-        raise FedhetError(f"the Flower run ended without writing {run_dir / 'summary.json'}; see the logs in "
-                          f"{work / 'logs'}")
+        reason = serverapp_error(work / "logs" / "flwr-run.log")
+        raise FedhetError(f"the Flower run ended without writing {run_dir / 'summary.json'}"
+                          f"{f': {reason}' if reason else ''}; see the logs in {work / 'logs'}")
     return run_dir
+
+
+def serverapp_error(log_path: Path) -> str:
+    """The reason of the ServerApp's `[fedhet] ERROR: ...` line in a `flwr run --stream` log ('' if none): `flwr
+    run` exits 0 also when the ServerApp fails (docs/deployment.md)."""
+    text = log_path.read_text(errors="replace") if log_path.is_file() else ""
+    found = re.findall(rf"{re.escape(PROGRESS_MARK)} ERROR: (.*)", text)
+    return found[-1].strip() if found else ""
 
 
 def _raise_if_stopped(stopped: Path, since: float) -> None:
