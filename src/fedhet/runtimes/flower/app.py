@@ -23,7 +23,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedhet.config import load_config
-from fedhet.engine.experiment import build_experiment
+from fedhet.engine.experiment import Experiment, build_experiment
 from fedhet.engine.loop import RunResult
 from fedhet.engine.rundir import RunDirectory, RunDirError, start_check
 from fedhet.errors import FedhetError
@@ -109,7 +109,7 @@ def run_folder(settings: FlowerSettings, run_id: int) -> Path:
     return max(held, key=lambda p: RunDirectory(p).latest_checkpoint.stat().st_mtime)
 
 
-def _experiment(settings: FlowerSettings, grid: Grid) -> tuple[Any, NodeLink | None]:
+def _experiment(settings: FlowerSettings, grid: Grid) -> tuple[Experiment, NodeLink | None]:
     """The server's experiment: built from the whole federated data, or (node-data) from the nodes' data
     schemas, with the nodes already mapped (local_data.server_experiment)."""
     cfg = load_config(base=settings.config)
