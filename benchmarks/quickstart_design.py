@@ -4,6 +4,7 @@
     nice -n 5 python benchmarks/quickstart_design.py confirm CANDIDATE ...   # seeds 0, 1, 2, single + fedbn
     nice -n 5 python benchmarks/quickstart_design.py full    CANDIDATE ...   # seeds 0, 1, 2, every method
     python benchmarks/quickstart_design.py table                             # rewrite the page only
+    python benchmarks/quickstart_design.py ci runs/qs38_quickstart           # results page: mean ± 95% CI
 
 A candidate is `configs/quickstart.yaml` (as it was when issue 38 part 8 started, spelled out in BASE so the
 candidates do not move when the config file does) plus a few overrides. Runs go to runs/qs38_<candidate>/ and
@@ -62,7 +63,8 @@ CANDIDATES: dict[str, Candidate] = {
     "cpd2_frac20_r20": Candidate(("data.clients_per_domain=2", "data.fraction=0.2", "rounds=20"),
                                  "8 clients (2 per domain), 22 train images each, 20 x 10"),
     "cpd2_frac40_r20": Candidate(("data.clients_per_domain=2", "data.fraction=0.4", "rounds=20"),
-                                 "8 clients (2 per domain), 45 train images each, 20 x 10"),
+                                 "8 clients (2 per domain), 45 train images each, 20 x 10 (its FedBN run was "
+                                 "stopped unfinished when the lr 0.01 screens showed the federated runs undertrained)"),
     # FedBN is still climbing at round 40 with lr 0.01 (30.5 -> 52.0 -> 60.1 at rounds 5 / 20 / 40, seed 0) while
     # Single is flat from round ~10: the schedule (R = 40 where FRAug's paper runs 200) undertrains the federated
     # runs. Same compute, a larger step for every method alike:
@@ -81,6 +83,7 @@ def _load() -> dict:
 
 
 def _save(data: dict) -> None:
+    data["machine"] = {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version()}
     RESULTS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
@@ -105,16 +108,50 @@ def _child_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+# the README command's own runs (the config file itself, timed with /usr/bin/time): before = the config at the
+# start (candidate `today`), after = the chosen one (`lr05`); they fill in the methods the stages did not run
+README_RUNS = {"today": "qs38_ref", "lr05": "qs38_quickstart"}
+
+
+# `/usr/bin/time -v nice -n 5 fedhet sweep configs/quickstart.yaml ...` on this machine (load: 1-min average)
+TIMED = [
+    ("before (config at 914a0e9, lr 0.01), seed 0, 4 methods", "run.out_dir=runs/qs38_ref", 371.6, 174.4, "1.1 to 7"),
+    ("after (lr 0.05), seeds 0-2, 4 methods", "name=qs38_quickstart --seeds 0,1,2", 749.7, 416.0, "3.4 to 5"),
+]
+
+
+DECISION = (
+    "**Decision.** Screen (seed 0): fewer images per client (`frac10`) or two clients per domain at the old lr "
+    "(`cpd2_frac20_r20`) made FedBN *lose* to Single; the old config's curves showed why (Single flat from round "
+    "~10, FedBN still climbing at round 40: the 40-round schedule undertrains the federated runs), and a larger "
+    "step for every method fixed it (`lr03`, `lr05`). The two best screens went to seeds 1-2: `lr05` gives "
+    "FedBN − Single = +6.10 points, 95% CI +3.84 to +8.36 (excludes 0); `cpd2_frac20_r20_lr05` has the larger "
+    "mean (+7.85) but its CI includes 0 (−0.79 to +16.49). By the rule, `lr05` is the new quickstart "
+    "(configs/quickstart.yaml: `train.lr: 0.05`, nothing else changed, so the same compute as before). FedAvg, "
+    "FRAug and Ditto-MMD were run on the chosen setting only, after it was chosen; their numbers are in "
+    "quickstart.md as measured."
+)
+
+
 def _collect(name: str, data: dict) -> None:
-    """Every finished run under runs/qs38_<name>/ into data['runs'][name][method][seed]."""
-    out = data["runs"].setdefault(name, {})
-    dirs = [ROOT / "runs" / f"qs38_{name}", *([ROOT / "runs" / "qs38_ref"] if name == "today" else [])]
-    for summary in sorted(p for d in dirs for p in d.rglob("summary.json")):
-        s = json.loads(summary.read_text())
-        if s.get("rounds_completed") != s.get("rounds"):
-            continue
-        out.setdefault(s["method"], {})[str(s["seed"])] = {
-            "accuracy": s["final"]["avg"]["accuracy"], "wall_time_s": round(s["wall_time_s"], 1)}
+    """Every finished run under runs/qs38_<name>/ (then README_RUNS[name] for what is missing) into
+    data['runs'][name][method][seed]; a run both hold must agree to the digit (data['overlap'])."""
+    out: dict = {}  # rebuilt from the run folders each time
+    data["runs"][name] = out
+    dirs = [ROOT / "runs" / f"qs38_{name}", *([ROOT / "runs" / README_RUNS[name]] if name in README_RUNS else [])]
+    for i, d in enumerate(dirs):
+        for summary in sorted(d.rglob("summary.json")):
+            s = json.loads(summary.read_text())
+            if s.get("rounds_completed") != s.get("rounds"):
+                continue
+            row = {"accuracy": s["final"]["avg"]["accuracy"], "wall_time_s": round(s["wall_time_s"], 1),
+                   "run": str(summary.parent.relative_to(ROOT))}
+            have = out.setdefault(s["method"], {}).get(str(s["seed"]))
+            if i and have is not None:
+                data.setdefault("overlap", {})[row["run"]] = {
+                    "same_as": have["run"], "equal": have["accuracy"] == row["accuracy"]}
+                continue
+            out[s["method"]][str(s["seed"])] = row
 
 
 def run_stage(stage: str, names: list[str], only_seeds: list[int] | None = None,
@@ -123,7 +160,6 @@ def run_stage(stage: str, names: list[str], only_seeds: list[int] | None = None,
     methods = tuple(m for m in methods if only_methods is None or m in only_methods)
     seeds = tuple(s for s in seeds if only_seeds is None or s in only_seeds)
     data = _load()
-    data["machine"] = {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version()}
     for name in names:
         cand = CANDIDATES[name]
         cmd = [FEDHET, "sweep", str(ROOT / "configs" / "quickstart.yaml"), *_merged(cand.overrides),
@@ -200,6 +236,8 @@ def write_page(data: dict) -> None:
         "difference: FedBN − Single paired over seeds, mean [95% CI]. Time: the runs' own wall time "
         "(summary.json `wall_time_s`, start-up excluded), mean per seed, summed over the methods shown.",
         "",
+        DECISION,
+        "",
         "| candidate | setting | overrides | seeds | single | fedbn | fedbn − single | fedavg | fraug | ditto_mmd "
         "| s/seed (single+fedbn) | s/seed (all run) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -220,6 +258,9 @@ def write_page(data: dict) -> None:
             f"| {', '.join(seeds)} | {acc('single')} | {acc('fedbn')} "
             f"| {_paired(runs.get('fedbn', {}), runs.get('single', {}))} | {acc('fedavg')} | {acc('fraug')} "
             f"| {acc('ditto_mmd')} | {per_seed(['single', 'fedbn'])} | {per_seed(sorted(runs))} |")
+    lines += ["", "The README command, timed (`/usr/bin/time -v`, start-up and report included):", ""]
+    lines += [f"- {what}: `fedhet sweep configs/quickstart.yaml {args}`: {wall:.0f} s wall, {cpu:.0f} s CPU "
+              f"(user + sys), load average {load}" for what, args, wall, cpu, load in TIMED]
     lines += ["", "Sweeps run (the command's wall and CPU time, start-up and report included; load average "
               "before):", ""]
     lines += [f"- {s['when']} {s['stage']} `{s['candidate']}` methods {','.join(s['methods'])} seeds "
@@ -228,13 +269,47 @@ def write_page(data: dict) -> None:
     PAGE.write_text("\n".join(lines) + "\n")
 
 
+def ci_table(folder: Path) -> str:
+    """Markdown: per-client accuracy, mean ± 95% t half-width over seeds, of every method under `folder`,
+    then the paired comparisons of the client average (the results page's table)."""
+    from fedhet.report.stats import describe_paired, paired, t_halfwidth
+
+    acc: dict[str, dict[str, dict[int, float]]] = {}  # method -> client -> seed -> accuracy
+    for summary in sorted(folder.rglob("summary.json")):
+        s = json.loads(summary.read_text())
+        for client, metrics in s["final"].items():
+            acc.setdefault(s["method"], {}).setdefault(client, {})[int(s["seed"])] = metrics["accuracy"]
+    methods = [m for m in ALL if m in acc] + sorted(set(acc) - set(ALL))
+    clients = list(next(iter(acc.values())))
+    lines = ["| client | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+    for client in clients:
+        cells = []
+        for m in methods:
+            v = list(acc[m][client].values())
+            mean = sum(v) / len(v)
+            std = math.sqrt(sum((x - mean) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else math.nan
+            cells.append(f"{100 * mean:.2f} ± {100 * t_halfwidth(std, len(v)):.2f}")
+        label = f"**{client}**" if client == "avg" else client
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for a, b in (("fedbn", "single"), ("fraug", "single"), ("fraug", "fedbn"), ("fedavg", "single"),
+                 ("ditto_mmd", "single"), ("ditto_mmd", "fedbn")):
+        if a in acc and b in acc and (r := paired(a, b, acc[a]["avg"], acc[b]["avg"])) is not None:
+            lines.append(f"- {describe_paired(r, 100.0, ' points')}")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=[*STAGES, "table"])
+    parser.add_argument("stage", choices=[*STAGES, "table", "ci"],
+                        help="ci FOLDER: print the results page's mean ± 95%% CI table of the runs in FOLDER")
     parser.add_argument("candidates", nargs="*", help=f"any of {', '.join(CANDIDATES)}")
     parser.add_argument("--seeds", help="comma-separated: only these of the stage's seeds (e.g. ones not yet run)")
     parser.add_argument("--methods", help="comma-separated: only these of the stage's methods")
     args = parser.parse_args()
+    if args.stage == "ci":
+        print(ci_table(Path(args.candidates[0])), end="")
+        return
     unknown = [c for c in args.candidates if c not in CANDIDATES]
     if unknown:
         parser.error(f"unknown candidates {unknown}; choose from {list(CANDIDATES)}")
