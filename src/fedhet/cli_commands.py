@@ -249,6 +249,12 @@ def cmd_flower(args: argparse.Namespace) -> int:
                               "as fedhet-worker)")
         Worker(args.socket).serve()
         return 0
+    if args.action == "check":
+        from fedhet.runtimes.flower.app_checks import check_overrides
+
+        config = check_overrides(args.config or "flower-app", args.run_config)
+        print(f"ok: {config['method']} on {config['data']['dataset']}, {config['rounds']} rounds")
+        return 0
     cfg = load_config(*config_and_overrides(args))
     run_dir = Path(args.run_dir) if args.run_dir else run_dir_for(cfg)
     if args.workdir is not None or args.action == "app":
@@ -274,8 +280,9 @@ def cmd_flower(args: argparse.Namespace) -> int:
         config = cfg.to_dict()
         config["run"]["runtime"] = "flower"
         app = write_flower_app(args.workdir or "flower-app", config, run_dir, resume=args.resume,
-                               stop_after=args.stop_after or 0)
-        print(f"Flower App: {app}\nrun it with: flwr run {app} <superlink-connection> --stream")
+                               stop_after=args.stop_after or 0, node_data=args.node_data)
+        print(f"Flower App: {app}\nrun it with: flwr run {app} <superlink-connection> --stream\n(check a --run-config "
+              f"first: fedhet flower check {app} --run-config \"train.lr=0.05\")")
         return 0
     print(f"results: {run_dir}")
     return 0

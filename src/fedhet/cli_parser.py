@@ -167,11 +167,13 @@ def _add_pretrain(sub: Subparsers) -> None:
 def _add_flower(sub: Subparsers) -> None:
     """`fedhet flower simulate | deploy | app | worker`, its options grouped by the action they serve."""
     flower = sub.add_parser("flower", help="run on Flower: simulate | deploy (local SuperLink + SuperNodes) | app | "
-                                           "worker (a SuperNode's long-lived fedhet worker)",
+                                           "check | worker (a SuperNode's long-lived fedhet worker)",
                             description="simulate: Flower's simulation engine; deploy: a local SuperLink + one "
                                         "SuperNode per client; app: write a Flower App folder for `flwr run`; "
-                                        "worker: a SuperNode's long-lived fedhet worker (docs/flower.md)")
-    flower.add_argument("action", choices=["simulate", "deploy", "app", "worker"])
+                                        "check APP --run-config '...': check a `flwr run` of that App before "
+                                        "submitting it; worker: a SuperNode's long-lived fedhet worker "
+                                        "(docs/flower.md, docs/deployment.md)")
+    flower.add_argument("action", choices=["simulate", "deploy", "app", "check", "worker"])
     flower.add_argument("config", nargs="?")
     flower.add_argument("overrides", nargs="*")
     both = flower.add_argument_group("simulate and deploy")
@@ -185,6 +187,12 @@ def _add_flower(sub: Subparsers) -> None:
                      help="CPUs reserved per ClientApp actor (actors = num-cpus / this)")
     folder = flower.add_argument_group("deploy and app")
     folder.add_argument("--workdir", default=None, help="deploy: Flower logs and FLWR_HOME; app: the App folder")
+    app = flower.add_argument_group("app and check")
+    app.add_argument("--node-data", action="store_true",
+                     help="app: each SuperNode reads only its own site's data (node config data-root, client-id; "
+                          "docs/deployment.md)")
+    app.add_argument("--run-config", action="append", default=[],
+                     help="check: the --run-config you will give `flwr run` (the App folder is the CONFIG argument)")
     deploy = flower.add_argument_group("deploy")
     deploy.add_argument("--port", type=int, default=None, help="SuperLink port (default: a free one)")
     deploy.add_argument("--tls-dir", default=None,

@@ -147,7 +147,8 @@ def _check_command(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str |
     config, overrides = getattr(args, "config", None), list(getattr(args, "overrides", None) or [])
     if config is not None and "=" in config:
         config, overrides = None, [config, *overrides]
-    checks_config = hasattr(args, "config") and (config is not None or overrides)
+    app_folder = argv[:2] == ["flower", "check"]  # its first argument is a Flower App folder, not a config
+    checks_config = hasattr(args, "config") and (config is not None or overrides) and not app_folder
     if checks_config and config not in PLACEHOLDERS and not (config or "").startswith("runs/"):
         try:
             load_config(config, overrides)

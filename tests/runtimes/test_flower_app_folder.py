@@ -168,3 +168,17 @@ def test_flwr_run_shows_why_fedhet_refused_the_run(tmp_path) -> None:
     assert "[fedhet] ERROR: run " in shown and "train.lr must be > 0" in shown, shown[-3000:]
     assert unknown.returncode != 0 and "Invalid run configuration" in unknown.stdout + unknown.stderr
     assert "trian" not in unknown.stdout + unknown.stderr  # hence app_checks.check_overrides
+
+
+def test_the_cli_writes_a_node_data_app_and_checks_a_run_config(tmp_path, capsys) -> None:
+    from fedhet.cli import main
+
+    for site in SITES:
+        write_site(tmp_path / "sites", "csv", site, seed=0)
+    args = [*COMMON, *KINDS["csv"], f"data.root={tmp_path / 'sites'}"]
+    assert main(["flower", "app", *args, "--node-data", "--workdir", str(tmp_path / "app")]) == 0
+    assert run_config_of(tmp_path / "app")["node-data"] is True
+    assert main(["flower", "check", str(tmp_path / "app"), "--run-config", "train.lr=0.05 rounds=3"]) == 0
+    assert "ok: fedbn on csv, 3 rounds" in capsys.readouterr().out
+    assert main(["flower", "check", str(tmp_path / "app"), "--run-config", "trian.lr=0.05"]) != 0
+    assert "did you mean 'train.lr'" in capsys.readouterr().err
