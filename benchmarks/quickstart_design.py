@@ -269,13 +269,13 @@ def write_page(data: dict) -> None:
     PAGE.write_text("\n".join(lines) + "\n")
 
 
-def ci_table(folder: Path) -> str:
-    """Markdown: per-client accuracy, mean ± 95% t half-width over seeds, of every method under `folder`,
+def ci_table(folders: list[Path]) -> str:
+    """Markdown: per-client accuracy, mean ± 95% t half-width over seeds, of every method under `folders`,
     then the paired comparisons of the client average (the results page's table)."""
     from fedhet.report.stats import describe_paired, paired, t_halfwidth
 
     acc: dict[str, dict[str, dict[int, float]]] = {}  # method -> client -> seed -> accuracy
-    for summary in sorted(folder.rglob("summary.json")):
+    for summary in sorted(p for folder in folders for p in folder.rglob("summary.json")):
         s = json.loads(summary.read_text())
         for client, metrics in s["final"].items():
             acc.setdefault(s["method"], {}).setdefault(client, {})[int(s["seed"])] = metrics["accuracy"]
@@ -302,13 +302,13 @@ def ci_table(folder: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("stage", choices=[*STAGES, "table", "ci"],
-                        help="ci FOLDER: print the results page's mean ± 95%% CI table of the runs in FOLDER")
+                        help="ci FOLDER...: print the results page's mean ± 95%% CI table of the runs in FOLDERs")
     parser.add_argument("candidates", nargs="*", help=f"any of {', '.join(CANDIDATES)}")
     parser.add_argument("--seeds", help="comma-separated: only these of the stage's seeds (e.g. ones not yet run)")
     parser.add_argument("--methods", help="comma-separated: only these of the stage's methods")
     args = parser.parse_args()
     if args.stage == "ci":
-        print(ci_table(Path(args.candidates[0])), end="")
+        print(ci_table([Path(c) for c in args.candidates]), end="")
         return
     unknown = [c for c in args.candidates if c not in CANDIDATES]
     if unknown:
