@@ -134,7 +134,14 @@ DECISION = (
     "mean (+7.85) but its CI includes 0 (−0.79 to +16.49). By the rule, `lr05` is the new quickstart "
     "(configs/quickstart.yaml: `train.lr: 0.05`, nothing else changed, so the same compute as before). FedAvg, "
     "FRAug and Ditto-MMD were run on the chosen setting only, after it was chosen; their numbers are in "
-    "quickstart.md as measured."
+    "quickstart.md as measured. Candidates were added in two rounds: `today`, `frac10` and the `cpd2_*` ones at "
+    "lr 0.01 before anything ran, the larger-step ones after those screens showed the undertraining (the rule "
+    "did not change).\n\n"
+    "**Check on Single's step (`single_lr10`, after the choice).** Single alone at lr 0.1 reads 65.31 ± 2.41 "
+    "(seeds 0-2), above its 64.08 at lr 0.05 and flat from round ~15. Against it, the chosen FedBN (lr 0.05) "
+    "leads by +4.87 points, 95% CI −1.98 to +11.72 (paired over seeds 0-2, p = 0.092): the interval includes "
+    "0. So the clear result is FedBN over Single at the same step; against Single with its own better step the "
+    "lead is smaller and three seeds do not separate it from noise. Not measured: FedBN at lr 0.1, more seeds."
 )
 
 
