@@ -74,6 +74,8 @@ CANDIDATES: dict[str, Candidate] = {
                              "4 clients (1 per domain), 22 train images each, 40 x 10, lr 0.05"),
     "cpd2_frac20_r20_lr05": Candidate(("data.clients_per_domain=2", "data.fraction=0.2", "rounds=20", "train.lr=0.05"),
                                       "8 clients (2 per domain), 22 train images each, 20 x 10, lr 0.05"),
+    "lr10": Candidate(("train.lr=0.1",), "4 clients (1 per domain), 45 train images each, 40 x 10, lr 0.1 "
+                      "(added after the choice, from the Single check below)"),
     # not a candidate (FedBN not run, the rule does not apply): Single's own larger step, to check that the
     # chosen setting's FedBN lead is not only Single's lr being too small for it
     "single_lr10": Candidate(("train.lr=0.1",), "Single alone at lr 0.1 (a check on Single's step, not a candidate)"),
@@ -113,7 +115,8 @@ def _child_cpu() -> float:
 
 # the README command's own runs (the config file itself, timed with /usr/bin/time): before = the config at the
 # start (candidate `today`), after = the chosen one (`lr05`); they fill in the methods the stages did not run
-README_RUNS = {"today": "qs38_ref", "lr05": "qs38_quickstart"}
+# (`lr10` takes its Single runs from the `single_lr10` check; qs38_quickstart10 is the final config's sweep)
+README_RUNS = {"today": ["qs38_ref"], "lr05": ["qs38_quickstart"], "lr10": ["qs38_single_lr10", "qs38_quickstart10"]}
 
 
 # `/usr/bin/time -v nice -n 5 fedhet sweep configs/quickstart.yaml ...` on this machine (load: 1-min average)
@@ -131,17 +134,16 @@ DECISION = (
     "~10, FedBN still climbing at round 40: the 40-round schedule undertrains the federated runs), and a larger "
     "step for every method fixed it (`lr03`, `lr05`). The two best screens went to seeds 1-2: `lr05` gives "
     "FedBN − Single = +6.10 points, 95% CI +3.84 to +8.36 (excludes 0); `cpd2_frac20_r20_lr05` has the larger "
-    "mean (+7.85) but its CI includes 0 (−0.79 to +16.49). By the rule, `lr05` is the new quickstart "
-    "(configs/quickstart.yaml: `train.lr: 0.05`, nothing else changed, so the same compute as before). FedAvg, "
-    "FRAug and Ditto-MMD were run on the chosen setting only, after it was chosen; their numbers are in "
-    "quickstart.md as measured. Candidates were added in two rounds: `today`, `frac10` and the `cpd2_*` ones at "
-    "lr 0.01 before anything ran, the larger-step ones after those screens showed the undertraining (the rule "
-    "did not change).\n\n"
-    "**Check on Single's step (`single_lr10`, after the choice).** Single alone at lr 0.1 reads 65.31 ± 2.41 "
-    "(seeds 0-2), above its 64.08 at lr 0.05 and flat from round ~15. Against it, the chosen FedBN (lr 0.05) "
-    "leads by +4.87 points, 95% CI −1.98 to +11.72 (paired over seeds 0-2, p = 0.092): the interval includes "
-    "0. So the clear result is FedBN over Single at the same step; against Single with its own better step the "
-    "lead is smaller and three seeds do not separate it from noise. Not measured: FedBN at lr 0.1, more seeds."
+    "mean (+7.85) but its CI includes 0 (−0.79 to +16.49). By the rule `lr05` was chosen first. A check on "
+    "Single's own step followed (`single_lr10`): Single alone at lr 0.1 reads 65.31, above its 64.08 at lr 0.05 "
+    "and flat from round ~15, and against it FedBN at lr 0.05 leads by only +4.87 (95% CI −1.98 to +11.72, "
+    "includes 0). So lr 0.1 became a candidate (`lr10`, FedBN added): FedBN − Single = +9.00, 95% CI +1.66 to "
+    "+16.34 (excludes 0), the largest under the rule, with Single at its best measured step. The quickstart "
+    "moved to lr 0.1 (configs/quickstart.yaml: `train.lr: 0.1`, nothing else changed, so the same compute as "
+    "before). Larger steps were not measured. FedAvg, FRAug and Ditto-MMD ran only on chosen settings, after "
+    "the choice; their numbers are in quickstart.md as measured. Candidates were added in three rounds: "
+    "`today`, `frac10` and the `cpd2_*` ones at lr 0.01 before anything ran, the larger-step ones after those "
+    "screens showed the undertraining, `lr10` after the Single check (the rule did not change)."
 )
 
 
@@ -150,7 +152,7 @@ def _collect(name: str, data: dict) -> None:
     data['runs'][name][method][seed]; a run both hold must agree to the digit (data['overlap'])."""
     out: dict = {}  # rebuilt from the run folders each time
     data["runs"][name] = out
-    dirs = [ROOT / "runs" / f"qs38_{name}", *([ROOT / "runs" / README_RUNS[name]] if name in README_RUNS else [])]
+    dirs = [ROOT / "runs" / f"qs38_{name}", *(ROOT / "runs" / d for d in README_RUNS.get(name, []))]
     for i, d in enumerate(dirs):
         for summary in sorted(d.rglob("summary.json")):
             s = json.loads(summary.read_text())
