@@ -14,6 +14,7 @@ from fedhet_testing import TINY_VL
 
 pytest.importorskip("easy_vqa")
 
+from fedhet.losses.distillation import exp_rampup  # noqa: E402
 from fedhet.config import load_config  # noqa: E402
 from fedhet.engine.experiment import build_experiment  # noqa: E402
 from fedhet.models.peft.insertion import adapter_named_parameters, adapter_path  # noqa: E402
@@ -114,6 +115,23 @@ def test_the_paper_step_by_hand() -> None:
     owned = {name: {id(p) for p in spec.params} for name, spec in specs.items()}
     head = {id(p) for p in work.model.head.parameters()}
     assert set(specs) == {"shared", "client"} and head <= owned["shared"] and not head & owned["client"]
+
+
+def test_the_ramp_advances_once_a_batch_and_head_losses_shared_keeps_the_head_out_of_L_DAT() -> None:
+    """Sequential update, ramp=exp, head_losses=shared: batch k weighs the KL terms by exp_rampup(k, steps), and
+    L^DAT (through the head with its weights detached) moves A_c only."""
+    alg, work, _ = started("method_args.ramp=exp", "method_args.head_losses=shared")
+    x, y = next(iter(torch.utils.data.DataLoader(work.ctx.data.train, batch_size=16)))
+    ce = torch.nn.functional.cross_entropy
+    for k in range(3):
+        opt = Recorder(alg, work, x)
+        alg.dat_step(work, x, y, opt)
+        (_, loss_s, grads_s, (z_s, z_dat)), (_, loss_dat, grads_dat, (_, z_dat_after)) = opt.calls
+        w = exp_rampup(k, work.steps)
+        assert math.isclose(loss_s, float(ce(z_s, y)) + w * kl(z_dat, z_s), rel_tol=1e-5)
+        assert math.isclose(loss_dat, float(ce(z_dat_after, y)) + w * kl(z_s, z_dat_after), rel_tol=1e-5)
+        assert groups(grads_s) == {"shared", "head"} and groups(grads_dat) == {"client"}
+    assert work.step == 3 and work.steps == 3
 
 
 def test_frozen_copy_is_refreshed_from_the_received_A_s_at_fit_and_deployment() -> None:

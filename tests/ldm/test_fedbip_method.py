@@ -145,6 +145,8 @@ def test_image_format_maps_inputs_to_the_ldm_and_back() -> None:
     g1 = torch.rand(2, 1, 8, 8)
     assert fmt.to_ldm(x, 32).shape == (2, 3, 32, 32)
     assert torch.allclose(grey.to_classifier(grey.to_ldm(g1, 8), 1, 8, 8), g1, atol=1e-6)
+    over = torch.stack([torch.full((3, 4, 4), v) for v in (-0.5, 1.7)])  # a sampler overshooting [0, 1]
+    assert torch.equal(fmt.to_classifier(over, 3, 4, 4), fmt.to_classifier(over.clamp(0, 1), 3, 4, 4))
     assert math.isclose(float(ImageFormat.of("fixed", [0.5], [0.5]).to_ldm(torch.zeros(1, 1, 4, 4), 4)[0, 0, 0, 0]),
                         0.5)
 
