@@ -122,9 +122,13 @@ README_RUNS = {"today": ["qs38_ref"], "lr05": ["qs38_quickstart"], "lr10": ["qs3
 # `/usr/bin/time -v nice -n 5 fedhet sweep configs/quickstart.yaml ...` on this machine (load: 1-min average)
 TIMED = [
     ("before (config at 914a0e9, lr 0.01), seed 0, 4 methods", "run.out_dir=runs/qs38_ref", 371.6, 174.4, "1.1 to 7"),
-    ("after (lr 0.05), seeds 0-2, 4 methods", "name=qs38_quickstart --seeds 0,1,2", 749.7, 416.0, "3.4 to 5"),
-    ("after (lr 0.05), seed 0, 4 methods (the README command; same numbers as the seed-0 runs above)",
+    ("first choice (lr 0.05), seeds 0-2, 4 methods", "name=qs38_quickstart --seeds 0,1,2", 749.7, 416.0, "3.4 to 5"),
+    ("first choice (lr 0.05), seed 0, 4 methods (the README command; same numbers as its seed-0 runs)",
      "run.out_dir=runs/qs38_after", 215.9, 145.7, "3.3 to 3.6"),
+    ("final (lr 0.1), seeds 0-2, FedAvg + FRAug", "name=qs38_quickstart10 --methods fedavg,fraug --seeds 0,1,2",
+     387.9, 250.1, "about 3"),
+    ("final (lr 0.1), seeds 0-2, Single + FedBN", "name=qs38_quickstart10 --methods single,fedbn --seeds 0,1,2",
+     291.6, 183.0, "about 3"),
 ]
 
 
