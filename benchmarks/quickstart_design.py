@@ -75,7 +75,7 @@ CANDIDATES: dict[str, Candidate] = {
     "cpd2_frac20_r20_lr05": Candidate(("data.clients_per_domain=2", "data.fraction=0.2", "rounds=20", "train.lr=0.05"),
                                       "8 clients (2 per domain), 22 train images each, 20 x 10, lr 0.05"),
     "lr10": Candidate(("train.lr=0.1",), "4 clients (1 per domain), 45 train images each, 40 x 10, lr 0.1 "
-                      "(added after the choice, from the Single check below)"),
+                      "(added after the lr 0.05 choice, from the Single check)"),
     # not a candidate (FedBN not run, the rule does not apply): Single's own larger step, to check that the
     # chosen setting's FedBN lead is not only Single's lr being too small for it
     "single_lr10": Candidate(("train.lr=0.1",), "Single alone at lr 0.1 (a check on Single's step, not a candidate)"),
