@@ -14,9 +14,9 @@ from fedhet_testing import TINY_VL
 
 pytest.importorskip("easy_vqa")
 
-from fedhet.losses.distillation import exp_rampup  # noqa: E402
 from fedhet.config import load_config  # noqa: E402
 from fedhet.engine.experiment import build_experiment  # noqa: E402
+from fedhet.losses.distillation import exp_rampup  # noqa: E402
 from fedhet.models.peft.insertion import adapter_named_parameters, adapter_path  # noqa: E402
 from fedhet.models.peft.prompt import ReparamPrompts  # noqa: E402
 

@@ -67,7 +67,8 @@ def start(strategy, c, apps, rounds: int, **kwargs):
     return result, result.arrays.to_torch_state_dict()
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fedprox"])
+# FedProx in the default suite (it also carries the proximal term); FedAvg with -m slow (40 s each on 2 cores)
+@pytest.mark.parametrize("method", [pytest.param("fedavg", marks=pytest.mark.slow), "fedprox"])
 def test_stock_fedavg_strategy_drives_fedhets_client_app(method) -> None:
     """flwr.serverapp.strategy.FedAvg (weighted by num-examples, every node every round) with fedhet's ClientApp:
     round 1 gives fedhet's own global model (up to float summation order: numpy, and FedAvg's random node
