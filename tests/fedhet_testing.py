@@ -89,3 +89,15 @@ def assert_same_run(a: Path, b: Path) -> None:
         for key, value in state.local.items():
             assert torch.equal(value, cb["clients"][cid].local[key]), (cid, key)
     assert (a / "metrics.jsonl").read_text() == (b / "metrics.jsonl").read_text()
+
+
+def first_round_reply(exp, cid: int = 0):  # noqa: ANN001, ANN201 - an Experiment, the algorithm's reply
+    """Client `cid`'s reply to round 1's broadcast from the initial server state, seeded as the engine seeds it."""
+    from fedhet.core.seeding import seeded
+    from fedhet.engine.local import fit_client
+
+    alg = exp.algorithm
+    msg = alg.broadcast(alg.init_server(), exp.round_info(1), cid)
+    with seeded(exp.config.seed, "fit", cid):
+        reply, _ = fit_client(alg, msg, alg.init_client(cid), exp.context(cid, 1))
+    return reply

@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
 import yaml
+from fedhet_testing import first_round_reply
 from torch import nn
 
 from fedhet.algorithms.dense import Dense
 from fedhet.algorithms.dense_parts import BNStatistics, adversarial_loss, kd_loss
 from fedhet.config import load_config
 from fedhet.core.messages import Reply
-from fedhet.core.seeding import seeded
 from fedhet.engine.experiment import Experiment, build_experiment
-from fedhet.engine.local import fit_client
 
 BASE = ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={width: 8}", "train.batch_size=16",
         "train.lr=0.05", "data.max_test_per_client=20", "run.quiet=true", "run.device=cpu", "run.num_threads=1",
@@ -36,19 +34,12 @@ def experiment(*overrides: str) -> Experiment:
     return build_experiment(load_config(None, [*BASE, *overrides]))
 
 
-def fit(exp: Experiment, cid: int = 0) -> Any:
-    alg = exp.algorithm
-    msg = alg.broadcast(alg.init_server(), exp.round_info(1), cid)
-    with seeded(exp.config.seed, "fit", cid):
-        reply, _ = fit_client(alg, msg, alg.init_client(cid), exp.context(cid, 1))
-    return reply
-
 
 @pytest.fixture(scope="module")
 def fitted() -> tuple[Experiment, list[Reply]]:
     """The default tiny experiment and both clients' uploads (shared: the fits are the slow part)."""
     exp = experiment()
-    return exp, [Reply(c, fit(exp, c), 1) for c in (0, 1)]
+    return exp, [Reply(c, first_round_reply(exp, c), 1) for c in (0, 1)]
 
 
 def test_kd_loss_is_kl_teacher_to_student_times_t_squared() -> None:

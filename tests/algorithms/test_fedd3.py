@@ -9,14 +9,13 @@ from typing import Any
 
 import pytest
 import torch
+from fedhet_testing import first_round_reply
 
 import fedhet.algorithms.fedd3 as fedd3_module
 from fedhet.algorithms.fedd3 import kip_loss, rbf
 from fedhet.config import load_config
 from fedhet.core.messages import Reply
-from fedhet.core.seeding import seeded
 from fedhet.engine.experiment import Experiment, build_experiment
-from fedhet.engine.local import fit_client
 
 BASE = ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={width: 8}", "train.batch_size=16",
         "train.lr=0.05", "data.max_test_per_client=20", "run.quiet=true", "run.device=cpu", "run.num_threads=1",
@@ -27,13 +26,6 @@ BASE = ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={widt
 def experiment(*overrides: str) -> Experiment:
     return build_experiment(load_config(None, [*BASE, *overrides]))
 
-
-def fit(exp: Experiment, cid: int = 0) -> Any:
-    alg = exp.algorithm
-    msg = alg.broadcast(alg.init_server(), exp.round_info(1), cid)
-    with seeded(exp.config.seed, "fit", cid):
-        reply, _ = fit_client(alg, msg, alg.init_client(cid), exp.context(cid, 1))
-    return reply
 
 
 def test_kip_loss_by_hand() -> None:
@@ -48,8 +40,8 @@ def test_kip_loss_by_hand() -> None:
 
 def test_the_upload_is_the_distilled_instances_and_kip_descends() -> None:
     exp = experiment("method_args.per_class=2", "method_args.kip_epochs=5", "method_args.kip_lr=0.05")
-    reply = fit(exp)
-    start = fit(experiment("method_args.per_class=2", "method_args.kip_epochs=0"))  # same seed: same initial draw
+    reply = first_round_reply(exp)
+    start = first_round_reply(experiment("method_args.per_class=2", "method_args.kip_epochs=0"))  # same initial draw
     assert set(reply.arrays) == {"images", "labels"} and set(reply.scalars) == {"steps", "dim0", "dim1", "dim2"}
     train = exp.data.clients[0].train_eval
     x = torch.stack([x for x, _ in train]).flatten(1)
@@ -72,7 +64,7 @@ def test_the_upload_is_the_distilled_instances_and_kip_descends() -> None:
 def test_the_server_trains_on_exactly_the_union(monkeypatch: pytest.MonkeyPatch) -> None:
     exp = experiment()
     alg = exp.algorithm
-    replies = [Reply(c, fit(exp, c), 1) for c in (0, 1)]
+    replies = [Reply(c, first_round_reply(exp, c), 1) for c in (0, 1)]
     seen: list[tuple[torch.Tensor, torch.Tensor]] = []
     real = fedd3_module.train_on_tensors
     monkeypatch.setattr(fedd3_module, "train_on_tensors", lambda m, x, y, *a, **k: seen.append((x, y)) or real(
