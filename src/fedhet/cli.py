@@ -24,7 +24,7 @@ __all__ = ["build_parser", "main", "parse_args"]
 log = logging.getLogger("fedhet")
 # commands whose first own output comes after torch is imported and the data is built (seconds): a first line on
 # a terminal (not in pipes and logs, where bad input stays one line "error: ...")
-SLOW_START = ("run", "sweep", "tune", "pretrain", "flower", "adapt")
+SLOW_START = ("run", "sweep", "tune", "pretrain", "flower", "adapt", "export")
 
 
 def _first_line(text: str) -> str:
