@@ -124,8 +124,8 @@ def experiment_and_id(context: Context, setup: ClientSetup) -> tuple[Experiment,
         return local_data.node_experiment(setup.config, dict(context.node_config))
     if local_data.DATA_ROOT in context.node_config:
         raise FedhetError("this SuperNode has a data-root, but the run builds the whole federated data on every "
-                          "node (run config node-data=false): write the App with `fedhet flower app CONFIG --node-data` "
-                          "or run it with --run-config \"node-data=true\"")
+                          "node (run config node-data=false): write the App with `fedhet flower app CONFIG "
+                          "--node-data` or run it with --run-config \"node-data=true\"")
     exp = experiment_for(setup.config)
     return exp, client_id(context, exp)
 
