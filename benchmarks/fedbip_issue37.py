@@ -35,13 +35,21 @@ def table1(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+# what a baseline's runs' `stand_in:` does not say (their runs carry common.yaml's note): docs/methods.md's label
+SIMPLIFIED = {"fedd3": "FedD3 simplified: an RBF kernel on the inputs instead of KIP's NTK",
+              "fgl": "FGL simplified: no BLIP-2 here, every image's caption is the class-name template"}
+
+
 def baseline_notes(root: Path) -> str:
-    """The `stand_in:` note of each one-shot baseline's runs (from their config.yaml), one line per distinct note."""
+    """The `stand_in:` note of each one-shot baseline's runs (from their config.yaml), one line per distinct note,
+    after the simplification their note leaves out (SIMPLIFIED)."""
     lines = []
     for variant in ("fedd3", "dense", "feddeo", "fgl"):
         notes = {str((yaml.safe_load((run / "config.yaml").read_text()) or {}).get("stand_in") or "")
                  for run in runs_of(root, OLD, variant) if (run / "config.yaml").is_file()}
-        lines += [f"- **{BASELINES[variant]}**: {note} (its runs' `stand_in:`)" for note in sorted(notes) if note]
+        label = f"{SIMPLIFIED[variant]}; " if variant in SIMPLIFIED else ""
+        lines += [f"- **{BASELINES[variant]}**: {label}{note} (its runs' `stand_in:`)"
+                  for note in sorted(notes) if note]
     return "\n".join(["Stand-ins of the one-shot baselines (simplified; docs/fedbip.md, one section each):", "",
                       *lines]) + "\n" if lines else ""
 
