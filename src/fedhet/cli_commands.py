@@ -250,10 +250,9 @@ def cmd_flower(args: argparse.Namespace) -> int:
         Worker(args.socket).serve()
         return 0
     if args.action == "check":
-        from fedhet.runtimes.flower.app_checks import check_overrides
+        from fedhet.runtimes.flower.app_checks import check_overrides, summary_line
 
-        config = check_overrides(args.config or "flower-app", args.run_config)
-        print(f"ok: {config['method']} on {config['data']['dataset']}, {config['rounds']} rounds")
+        print(summary_line(check_overrides(args.config or "flower-app", args.run_config)))
         return 0
     cfg = load_config(*config_and_overrides(args))
     run_dir = Path(args.run_dir) if args.run_dir else run_dir_for(cfg)

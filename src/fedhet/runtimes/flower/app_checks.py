@@ -107,6 +107,11 @@ def check_overrides(app: str | Path, overrides: list[str]) -> dict[str, Any]:
     return config
 
 
+def summary_line(config: dict[str, Any]) -> str:
+    """The one line a valid run config gets from `fedhet flower check` and this module's `main`."""
+    return f"ok: {config['method']} on {config['data']['dataset']}, {config['rounds']} rounds"
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m fedhet.runtimes.flower.app_checks APP --run-config "k=v ..."`: 0 and a line when the run config
     is valid, else 2 and the error."""
@@ -119,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     except FedhetError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"ok: {config['method']} on {config['data']['dataset']}, {config['rounds']} rounds")
+    print(summary_line(config))
     return 0
 
 
