@@ -44,10 +44,11 @@ def tiny_ldm() -> list[str]:
 def for_method(method: str, overrides: list[str]) -> list[str]:
     """`overrides` plus method=<method>, and the tiny VL setting when the method needs a transformer over VQA data,
     the tiny FocalNet when it needs focal modulation or the tiny LDM when it needs latent diffusion
-    (`Algorithm.modality`): so tests over every registered method run each on a model and data it can train on."""
+    (`Algorithm.capabilities.modality`): so tests over every registered method run each on a model and data it
+    can train on."""
     from fedhet.algorithms import ALGORITHMS
 
-    modality = ALGORITHMS.get(method).modality
+    modality = ALGORITHMS.get(method).capabilities.modality
     extra = tiny_ldm() if modality == "latent-diffusion" else \
         {"vision-language": TINY_VL, "focal-modulation": TINY_FOCAL}.get(modality, [])
     one_shot = ["rounds=1"] if ALGORITHMS.get(method).one_shot else []  # FedD3: one round only

@@ -38,7 +38,7 @@ W0 = {  # hand-set initial weights of tiny_model(in_dim=2, feat_dim=2, num_class
 BODY = {"features.0.weight", "features.0.bias"}
 HEAD = {"head.weight", "head.bias"}
 W = dict[str, torch.Tensor]
-AnyAlg = Algorithm[Any, Any, Any]
+AnyAlg = Algorithm[Any, Any, Any, Any]
 
 
 def model_fn() -> Any:

@@ -21,7 +21,7 @@ from fedhet.errors import ConfigError
 CPU = torch.device("cpu")
 
 
-def make(name: str, bn: bool = False, **train: Any) -> Algorithm[Any, Any, Any]:
+def make(name: str, bn: bool = False, **train: Any) -> Algorithm[Any, Any, Any, Any]:
     cls = ALGORITHMS.get(name)
     torch.manual_seed(0)
     template = tiny_model(in_dim=2, feat_dim=2, num_classes=2, bn=bn)

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import Algorithm, Capabilities
 from fedhet.algorithms.peft_fl import seed_of
 from fedhet.algorithms.registry import register
 from fedhet.config import ServerConfig, TrainConfig
@@ -115,13 +115,13 @@ def partition_of(model: nn.Module, personalize: list[str]) -> ParamPartition:
 
 
 @register
-class AdaptFED(Algorithm[HyperServerState, ClientState, Work]):
+class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
     """Algorithm 1 of AdaptFED / TransFed (module docstring)."""
 
     name = "adaptfed"
     Params = AdaptFEDParams
     personalized = True
-    modality = "focal-modulation"  # its default P needs a FocalNet backbone (model.name=focalnet)
+    capabilities = Capabilities(modality="focal-modulation")  # its default P needs a FocalNet backbone
     server_state_type, client_state_type, work_type = HyperServerState, ClientState, Work
 
     def __init__(self, params: AdaptFEDParams, model_fn: Callable[[], SplitModel], train: TrainConfig,

@@ -10,7 +10,9 @@ An algorithm is explicit state plus functions over it (fedjax's shape, Flower's 
              deploy(msg, state, ctx) -> Deployment   (the model the client would use)
 
 S, C and W are the method's own dataclasses (`fedhet.core.contract`: ServerState, ClientState, Work), declared
-in `server_state_type`, `client_state_type` and `work_type`. The engine (fedhet.engine.local) owns the loop;
+in `server_state_type`, `client_state_type` and `work_type`; P is its hyperparameters (`Params`, a dataclass built
+from `method_args`), so `self.params.x` is typed. What the runtimes may assume beyond the types is one
+`Capabilities` value per method. The engine (fedhet.engine.local) owns the loop;
 a method overrides only what differs from FedAvg, usually `shared_keys`, `loss` or `deploy`. Nothing of one
 call is kept on the instance: `parts.spare` slots are reusable buffers whose contents are undefined between
 calls (every caller loads all the weights it relies on). The model bookkeeping (initial model, shared and
@@ -22,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, Literal, TypeVar
 
 import torch
 from torch import nn
@@ -48,11 +50,17 @@ from fedhet.errors import ConfigError
 from fedhet.losses.classification import cross_entropy
 from fedhet.models import SplitModel
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 S = TypeVar("S", bound=ServerState)
 C = TypeVar("C", bound=ClientState)
 W = TypeVar("W", bound=Work)
-A = TypeVar("A", bound="Algorithm[Any, Any, Any]")
+P = TypeVar("P", bound="DataclassInstance")  # the method's Params dataclass
 ArraySpec = tuple[tuple[int, ...], torch.dtype]
+# what a method needs of model and data: "vision-language" (a transformer over (image, question) data),
+# "focal-modulation" (a FocalNet backbone), "latent-diffusion" (image data and a diffusers LDM)
+Modality = Literal["any", "vision-language", "focal-modulation", "latent-diffusion"]
 
 
 @dataclass
@@ -60,37 +68,49 @@ class NoParams:
     """An algorithm without hyperparameters of its own."""
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What the runtimes and tools may assume of a method beyond its types; one value per method class.
+
+    call_params: Params fields read only inside the hooks, so they may differ per call (`with_hparams`, tuning
+    spaces; FedProx: mu). lane_params: those of them the local loss never reads through `self` (FedProx's `start`
+    puts mu into the Work), so clients whose copies differ in them may share lanes of the batched runtime.
+    loss_is_batch_mean: the local loss is a mean over the batch's samples plus terms that do not depend on the
+    batch, so a batch's gradient is the size-weighted mean of its parts' (batched accumulation); None: probed
+    (true for FedAvg's `loss` and `passes`, false where a class overrides either without declaring it).
+    modality: what the method needs of model and data (tests pick a model it can train on)."""
+
+    call_params: frozenset[str] = frozenset()
+    lane_params: frozenset[str] = frozenset()
+    loss_is_batch_mean: bool | None = None
+    modality: Modality = "any"
+
+    def __post_init__(self) -> None:
+        if not self.lane_params <= self.call_params:
+            raise ValueError(f"lane_params {sorted(self.lane_params - self.call_params)} must be call_params")
+
+
 def spec_of(arrays: dict[str, torch.Tensor]) -> dict[str, ArraySpec]:
     """Names -> (shape, dtype) of a set of arrays."""
     return {k: (tuple(v.shape), v.dtype) for k, v in arrays.items()}
 
 
-class Algorithm(Generic[S, C, W]):
-    """The contract; every default is FedAvg's. Subclasses set the three state types and override a few hooks."""
+class Algorithm(Generic[S, C, W, P]):
+    """The contract; every default is FedAvg's. Subclasses set the three state types and Params, and override a
+    few hooks."""
 
     name: ClassVar[str] = "base"
-    Params: ClassVar[type] = NoParams
     personalized: ClassVar[bool] = False  # clients deploy their own model (evaluated per client)
     centralized: ClassVar[bool] = False  # trains on the union of the clients' data: engine/experiment.arrange
     one_shot: ClassVar[bool] = False  # one round only (FedBiP): build_experiment refuses rounds != 1
     requires: ClassVar[str] = ""  # what a user installs or runs first (an extra, a pretraining step): `fedhet methods`
-    # what the method needs of model and data: "any"; "vision-language" (a transformer over (image, question)
-    # data); "focal-modulation" (a FocalNet backbone); "latent-diffusion" (image data and a diffusers LDM)
-    modality: ClassVar[str] = "any"
-    # Params fields read only inside the hooks, so they may differ per call (`with_hparams`; FedProx: mu)
-    call_params: ClassVar[frozenset[str]] = frozenset()
-    # the local loss is a mean over the batch's samples plus terms that do not depend on the batch, so a batch's
-    # gradient is the size-weighted mean of its parts' (run.batched_accumulate). None: true for FedAvg's `loss` and
-    # `passes`, false where a subclass overrides either; a method that does may declare it here
-    loss_is_batch_mean: ClassVar[bool | None] = None
-    # call_params the local loss never reads through `self` (FedProx: mu, which `start` puts into the Work), so
-    # clients whose copies differ in them may share lanes of the batched runtime (runtimes/batched/rule.py)
-    lane_params: ClassVar[frozenset[str]] = frozenset()
+    capabilities: ClassVar[Capabilities] = Capabilities()
     server_state_type: type[S]
     client_state_type: type[C]
     work_type: type[W]
+    Params: type[P]
 
-    def __init__(self, params: Any, model_fn: Callable[[], SplitModel], train: TrainConfig,
+    def __init__(self, params: P, model_fn: Callable[[], SplitModel], train: TrainConfig,
                  server: ServerConfig, num_classes: int, device: torch.device, num_clients: int = 0) -> None:
         """`num_clients`: the federation's size when the engine knows it (0: unknown, e.g. a config check)."""
         self.params = params
@@ -173,7 +193,7 @@ class Algorithm(Generic[S, C, W]):
         return None
 
 
-class ModelAlgorithm(Algorithm[ServerState, ClientState, Work]):
+class ModelAlgorithm(Algorithm[ServerState, ClientState, Work, P]):
     """A method with FedAvg's state types: a shared model on the server, the local keys on the client."""
 
     server_state_type = ServerState
@@ -181,18 +201,18 @@ class ModelAlgorithm(Algorithm[ServerState, ClientState, Work]):
     work_type = Work
 
 
-def with_hparams(alg: A, train: TrainConfig | None = None, server: ServerConfig | None = None,
-                 params: Any = None) -> A:
+def with_hparams(alg: Algorithm[S, C, W, P], train: TrainConfig | None = None, server: ServerConfig | None = None,
+                 params: P | None = None) -> Algorithm[S, C, W, P]:
     """A shallow copy of `alg` that trains and aggregates with other hyperparameters (FedPop's per-client beta^k
     and per-member alpha, docs/design_fedpop_runner.md). It shares everything built in `__init__` (the model
     bookkeeping and its spare buffers), so copies run one at a time. `params` may differ from `alg.params` only
-    in `alg.call_params`: the other fields were consumed when the method was built."""
+    in `alg.capabilities.call_params`: the other fields were consumed when the method was built."""
     if params is not None:
         changed = sorted(f.name for f in dataclasses.fields(params)
                          if getattr(params, f.name) != getattr(alg.params, f.name))
-        fixed = [name for name in changed if name not in alg.call_params]
+        fixed = [name for name in changed if name not in alg.capabilities.call_params]
         if fixed:
-            per_call = ", ".join(sorted(alg.call_params)) or "none"
+            per_call = ", ".join(sorted(alg.capabilities.call_params)) or "none"
             raise ConfigError(f"method '{alg.name}' reads method_args {fixed} when it is built, so they cannot "
                               f"differ per client or member; per-call method_args: {per_call}")
     copy = alg.__class__.__new__(alg.__class__)

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 
-from fedhet.algorithms.base import ModelAlgorithm
+from fedhet.algorithms.base import ModelAlgorithm, NoParams
 from fedhet.algorithms.registry import register
 from fedhet.core.contract import LocalPass, Work, loss_pass
 
 
 @register
-class All(ModelAlgorithm):
+class All(ModelAlgorithm[NoParams]):
     """Centralized oracle: FedAvg with one client that holds everyone's data."""
 
     name = "all"
+    Params = NoParams
     centralized = True
 
     def passes(self, work: Work) -> list[LocalPass]:

@@ -109,7 +109,7 @@ class DenseServer(ServerState):
 
 
 @register
-class Dense(Algorithm[DenseServer, ClientState, Work]):
+class Dense(Algorithm[DenseServer, ClientState, Work, DenseParams]):
     """One upload of a locally trained model per client; the server distils their ensemble with generated data."""
 
     name = "dense"

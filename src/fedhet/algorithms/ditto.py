@@ -104,12 +104,14 @@ class DittoParams:
                               "with tandem, v takes one step per step of w")
 
 
-class DittoFamily(Algorithm[ServerState, DS, DW]):
+DP = TypeVar("DP", bound=DittoParams)
+
+
+class DittoFamily(Algorithm[ServerState, DS, DW, DP]):
     """FedAvg on w; a personal model v per client, pulled towards the round's global model."""
 
     personalized = True
     server_state_type = ServerState
-    Params = DittoParams
 
     # ------------------------------------------------------------------ the personal objective
     def reference_model(self, model: nn.Module) -> SplitModel:
@@ -129,8 +131,7 @@ class DittoFamily(Algorithm[ServerState, DS, DW]):
         """(lam/2) * ||v - w^t||^2 over v's trainable parameters, paired with w^t's by name."""
         ref = dict(reference.named_parameters())
         pairs = [(p, ref[n]) for n, p in personal.named_parameters() if p.requires_grad]
-        lam: float = self.params.lam
-        return 0.5 * lam * proximal_term([p for p, _ in pairs], [r for _, r in pairs])
+        return 0.5 * self.params.lam * proximal_term([p for p, _ in pairs], [r for _, r in pairs])
 
     def personal_loss(self, work: DW, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Ditto's personal objective h_k(v; w^t) = CE(v(x), y) + (lam/2)||v - w^t||^2 (override to extend)."""
@@ -177,9 +178,10 @@ class DittoFamily(Algorithm[ServerState, DS, DW]):
 
 
 @register
-class Ditto(DittoFamily[DittoState, DittoWork]):
+class Ditto(DittoFamily[DittoState, DittoWork, DittoParams]):
     """Ditto with its own objective (Li et al. 2021, eq. 2)."""
 
     name = "ditto"
+    Params = DittoParams
     client_state_type = DittoState
     work_type = DittoWork

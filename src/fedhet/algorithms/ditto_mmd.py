@@ -74,7 +74,7 @@ class DittoMMDWork(DittoWork):
 
 
 @register
-class DittoMMD(DittoFamily[DittoMMDState, DittoMMDWork]):
+class DittoMMD(DittoFamily[DittoMMDState, DittoMMDWork, DittoMMDParams]):
     """Ditto whose personal model is also pulled towards w_ref in feature space (MK-MMD, MMD-D or cosine)."""
 
     name = "ditto_mmd"
@@ -117,8 +117,7 @@ class DittoMMD(DittoFamily[DittoMMDState, DittoMMDWork]):
                 session.fit(*self.accumulate(work), self.kernel_steps)
         session.round_step += 1
         session.steps += 1
-        mu: float = self.params.mu
-        return loss + mu * session.penalty(local, ref)
+        return loss + self.params.mu * session.penalty(local, ref)
 
     @torch.no_grad()
     def accumulate(self, work: DittoMMDWork) -> tuple[Features, Features]:

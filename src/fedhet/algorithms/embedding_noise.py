@@ -44,27 +44,29 @@ def sample_noise(shape: torch.Size | tuple[int, ...], distribution: str, gamma: 
     raise ConfigError(f"embnoise: distribution must be one of {', '.join(DISTRIBUTIONS)}, got {distribution!r}")
 
 
+@dataclass
+class EmbeddingNoiseParams:
+    """distribution: uniform | laplace | gaussian; gamma: noise scale (> 0); local_bn: FedBN-style BN."""
+
+    distribution: str = "gaussian"
+    gamma: float = 0.1
+    local_bn: bool = True
+
+    def validate(self) -> None:
+        if self.distribution not in DISTRIBUTIONS:
+            raise ConfigError(f"embnoise: distribution must be one of {', '.join(DISTRIBUTIONS)}, "
+                              f"got {self.distribution!r}")
+        if not self.gamma > 0:
+            raise ConfigError(f"embnoise: gamma must be > 0, got {self.gamma}")
+
+
 @register
-class EmbeddingNoise(ModelAlgorithm):
+class EmbeddingNoise(ModelAlgorithm[EmbeddingNoiseParams]):
     """The head is trained on real and on randomly perturbed embeddings."""
 
     name = "embnoise"
     personalized = True
-
-    @dataclass
-    class Params:
-        """distribution: uniform | laplace | gaussian; gamma: noise scale (> 0); local_bn: FedBN-style BN."""
-
-        distribution: str = "gaussian"
-        gamma: float = 0.1
-        local_bn: bool = True
-
-        def validate(self) -> None:
-            if self.distribution not in DISTRIBUTIONS:
-                raise ConfigError(f"embnoise: distribution must be one of {', '.join(DISTRIBUTIONS)}, "
-                                  f"got {self.distribution!r}")
-            if not self.gamma > 0:
-                raise ConfigError(f"embnoise: gamma must be > 0, got {self.gamma}")
+    Params = EmbeddingNoiseParams
 
     def __init__(self, params: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(params, *args, **kwargs)

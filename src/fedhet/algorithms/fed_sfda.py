@@ -143,7 +143,7 @@ class FedSFDAWork(Work):
 
 
 @register
-class FedSFDA(Algorithm[FedSFDAServer, FedSFDAState, FedSFDAWork]):
+class FedSFDA(Algorithm[FedSFDAServer, FedSFDAState, FedSFDAWork, FedSFDAParams]):
     """Style wave, server pre-training on D_S + FDA(D_S), then SWA-teacher self-training with KD, FedAvg."""
 
     name = "fed_sfda"

@@ -5,12 +5,13 @@ With `server.optimizer`/`server.lr`/`server.momentum` this is also FedAvgM and F
 
 from __future__ import annotations
 
-from fedhet.algorithms.base import ModelAlgorithm
+from fedhet.algorithms.base import ModelAlgorithm, NoParams
 from fedhet.algorithms.registry import register
 
 
 @register
-class FedAvg(ModelAlgorithm):
+class FedAvg(ModelAlgorithm[NoParams]):
     """Every parameter and buffer is shared; the base class implements the whole method."""
 
     name = "fedavg"
+    Params = NoParams

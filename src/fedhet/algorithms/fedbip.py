@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from fedhet.algorithms.base import Algorithm, ArraySpec
+from fedhet.algorithms.base import Algorithm, ArraySpec, Capabilities
 from fedhet.algorithms.fedbip_params import FedBiPParams, client_settings
 from fedhet.algorithms.fedbip_parts import SynthesisPlan, TimedGeneration, synthesize, upload_key
 from fedhet.algorithms.registry import register
@@ -104,13 +104,13 @@ def load_split(data: Dataset[Any]) -> tuple[Tensor, Tensor]:
 
 
 @register
-class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork]):
+class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork, FedBiPParams]):
     """One upload per client (z(T), y, S, V); the server generates D_syn with the frozen LDM and trains on it."""
 
     name = "fedbip"
     Params = FedBiPParams
     one_shot = True
-    modality = "latent-diffusion"
+    capabilities = Capabilities(modality="latent-diffusion")
     server_state_type = FedBiPServer
     client_state_type = ClientState
     work_type = FedBiPWork

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 from torch import nn
 
-from fedhet.algorithms.base import ModelAlgorithm
+from fedhet.algorithms.base import ModelAlgorithm, NoParams
 from fedhet.algorithms.registry import register
 from fedhet.core.params import BN_TYPES, keys_of_types
 from fedhet.errors import ConfigError
 
 
 @register
-class FedBN(ModelAlgorithm):
+class FedBN(ModelAlgorithm[NoParams]):
     """Local BatchNorm; everything else averaged."""
 
     name = "fedbn"
+    Params = NoParams
     personalized = True
 
     def shared_keys(self, model: nn.Module) -> set[str]:

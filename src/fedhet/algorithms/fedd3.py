@@ -117,7 +117,7 @@ class FedD3Work(Work):
 
 
 @register
-class FedD3(Algorithm[FedD3Server, ClientState, FedD3Work]):
+class FedD3(Algorithm[FedD3Server, ClientState, FedD3Work, FedD3Params]):
     """One upload of KIP-distilled instances per client; the server trains on their union."""
 
     name = "fedd3"

@@ -37,13 +37,14 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from fedhet.algorithms.peft_fl import PeftFedAvg, PeftParams, seed_of
+from fedhet.algorithms.peft_fl import PeftFamily, PeftParams, seed_of
 from fedhet.algorithms.registry import register
 from fedhet.core.batches import num_steps, restrict_logits
 from fedhet.core.contract import ClientContext, ClientState, Deployment, LocalPass, Optimizers, Work
 from fedhet.core.messages import Message
 from fedhet.errors import ConfigError
 from fedhet.losses.distillation import KL_DIRECTIONS, exp_rampup, kl_term
+from fedhet.models import SplitModel
 from fedhet.models.peft.adapters import CLIENT, SHARED, BottleneckAdapter
 from fedhet.models.peft.insertion import (
     adapter_modules,
@@ -101,7 +102,7 @@ class DATWork(Work):
 
 
 @register
-class FedDAT(PeftFedAvg):
+class FedDAT(PeftFamily[DATWork, FedDATParams]):
     """Alg. 1 of FedDAT (module docstring)."""
 
     name = "feddat"
@@ -109,12 +110,12 @@ class FedDAT(PeftFedAvg):
     counting_kind = "dat"
     work_type = DATWork
 
-    def prepare(self, model: Any, params: PeftParams) -> Any:
+    def prepare(self, model: SplitModel, params: FedDATParams) -> SplitModel:
         model = super().prepare(model, params)
-        weights = getattr(params, "dat_weights", (0.5, 0.5))
+        weights = params.dat_weights
         for _, adapter in adapter_modules(model):
             adapter.dat_weights = (float(weights[0]), float(weights[1]))
-        if not getattr(params, "client_adapter", True):  # w/o A_c: it never trains
+        if not params.client_adapter:  # w/o A_c: it never trains
             for _, p in adapter_named_parameters(model, CLIENT):
                 p.requires_grad_(False)
         return model
@@ -200,7 +201,7 @@ class FedDAT(PeftFedAvg):
             optimizers.step(self.losses(z_s.detach(), z_dat, y, w)[1], name_c)
         return loss_s
 
-    def passes(self, work: DATWork) -> list[LocalPass]:  # type: ignore[override]
+    def passes(self, work: DATWork) -> list[LocalPass]:
         client = {n for n, _ in adapter_named_parameters(work.model, CLIENT)}
         shared = set(self.peft.trainable) - client
         own = shared - {n for n, _ in adapter_named_parameters(work.model, SHARED)}  # head, also_train

@@ -68,6 +68,7 @@ class FedDEO(FGL):
 
     name = "feddeo"
     Params = FedDEOParams
+    params: FedDEOParams  # FGL's and FedBiP's hooks read it as their Params, of which FedDEOParams is a subclass
 
     def passes(self, work: FedBiPWork) -> list[LocalPass]:
         """FedBiP's concept pass on V alone, with the description optimizer (`concept_optimizer`)."""

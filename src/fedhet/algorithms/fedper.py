@@ -20,24 +20,26 @@ from fedhet.core.params import keys_under
 from fedhet.errors import ConfigError
 
 
+@dataclass
+class FedPerParams:
+    """personal: submodule names of the personalization layers (kept local), e.g. [head] or
+    [head, features.norm]."""
+
+    personal: list[str] = field(default_factory=lambda: ["head"])
+
+    def validate(self) -> None:
+        if not self.personal:
+            raise ConfigError("fedper: method_args.personal must name at least one submodule (e.g. [head]); "
+                              "with none it would be fedavg")
+
+
 @register
-class FedPer(ModelAlgorithm):
+class FedPer(ModelAlgorithm[FedPerParams]):
     """Shared base layers, local personalization layers, trained jointly."""
 
     name = "fedper"
     personalized = True
-
-    @dataclass
-    class Params:
-        """personal: submodule names of the personalization layers (kept local), e.g. [head] or
-        [head, features.norm]."""
-
-        personal: list[str] = field(default_factory=lambda: ["head"])
-
-        def validate(self) -> None:
-            if not self.personal:
-                raise ConfigError("fedper: method_args.personal must name at least one submodule (e.g. [head]); "
-                                  "with none it would be fedavg")
+    Params = FedPerParams
 
     def shared_keys(self, model: nn.Module) -> set[str]:
         """Everything except the personalization layers' state; an unknown submodule is a ConfigError."""

@@ -126,7 +126,7 @@ def received(msg: Message) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @register
-class FedProto(Algorithm[ProtoServerState, ClientState, ProtoWork]):
+class FedProto(Algorithm[ProtoServerState, ClientState, ProtoWork, FedProtoParams]):
     """Fully local models regularised towards count-weighted global class prototypes."""
 
     name = "fedproto"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import Algorithm, Capabilities
 from fedhet.algorithms.registry import register
 from fedhet.core.contract import ClientContext, ClientState, ServerState, Work
 from fedhet.core.messages import Message
@@ -47,33 +47,35 @@ def trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 @dataclass(kw_only=True)
 class ProxWork(Work):
     """The fit's model, the frozen round-start copy of its trainable parameters w^t, and mu as a 0-dim tensor
-    (so that the batched runtime can give every lane its own mu: `lane_params`)."""
+    (so that the batched runtime can give every lane its own mu: `capabilities.lane_params`)."""
 
     anchor: tuple[torch.Tensor, ...] = field(default=())
     mu: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
 
 
+@dataclass
+class FedProxParams:
+    """mu: weight of the proximal term (mu/2)||w - w_global||^2 (>= 0; 0 is FedAvg)."""
+
+    mu: float = 0.01
+
+    def validate(self) -> None:
+        if not self.mu >= 0:
+            raise ConfigError(f"fedprox: mu must be >= 0, got {self.mu}")
+
+
 @register
-class FedProx(Algorithm[ServerState, ClientState, ProxWork]):
+class FedProx(Algorithm[ServerState, ClientState, ProxWork, FedProxParams]):
     """FedAvg whose local loss adds (mu/2)||w - w_global||^2 over the trainable parameters."""
 
     name = "fedprox"
     server_state_type = ServerState
     client_state_type = ClientState
     work_type = ProxWork
-    call_params = frozenset({"mu"})  # read in `start` only
-    lane_params = frozenset({"mu"})  # reaches the loss through the Work, so lanes may differ in it
-    loss_is_batch_mean = True  # mean cross-entropy plus a term of the weights alone
-
-    @dataclass
-    class Params:
-        """mu: weight of the proximal term (mu/2)||w - w_global||^2 (>= 0; 0 is FedAvg)."""
-
-        mu: float = 0.01
-
-        def validate(self) -> None:
-            if not self.mu >= 0:
-                raise ConfigError(f"fedprox: mu must be >= 0, got {self.mu}")
+    # mu: read in `start` only, and it reaches the loss through the Work, so lanes may differ in it; the loss is a
+    # mean cross-entropy plus a term of the weights alone
+    capabilities = Capabilities(call_params=frozenset({"mu"}), lane_params=frozenset({"mu"}), loss_is_batch_mean=True)
+    Params = FedProxParams
 
     def start(self, msg: Message, state: ClientState, ctx: ClientContext) -> ProxWork:
         """The received model and a frozen copy of its trainable parameters as the anchor."""

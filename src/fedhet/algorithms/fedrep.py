@@ -34,22 +34,24 @@ from fedhet.core.params import keys_under
 from fedhet.errors import ConfigError
 
 
+@dataclass
+class FedRepParams:
+    """head_epochs: local epochs of head training per round, before the body is trained (>= 0)."""
+
+    head_epochs: int = 5
+
+    def validate(self) -> None:
+        if self.head_epochs < 0:
+            raise ConfigError(f"fedrep: head_epochs must be >= 0, got {self.head_epochs}")
+
+
 @register
-class FedRep(ModelAlgorithm):
+class FedRep(ModelAlgorithm[FedRepParams]):
     """Personal head trained first (body frozen), then the shared body (head frozen)."""
 
     name = "fedrep"
     personalized = True
-
-    @dataclass
-    class Params:
-        """head_epochs: local epochs of head training per round, before the body is trained (>= 0)."""
-
-        head_epochs: int = 5
-
-        def validate(self) -> None:
-            if self.head_epochs < 0:
-                raise ConfigError(f"fedrep: head_epochs must be >= 0, got {self.head_epochs}")
+    Params = FedRepParams
 
     def shared_keys(self, model: nn.Module) -> set[str]:
         """The body (features) is shared; every key under `head` is personal."""

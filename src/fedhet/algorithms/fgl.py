@@ -50,6 +50,7 @@ class FGL(FedBiP):
 
     name = "fgl"
     Params = FGLParams
+    params: FGLParams  # FedBiP's hooks read it as FedBiPParams, of which FGLParams is a subclass
 
     def finish(self, work: FedBiPWork, state: ClientState, stats: FitStats) -> tuple[Message, ClientState]:
         """The captions: labels and the template's word vectors (S, V); FedBiP's latents are not sent."""

@@ -97,7 +97,7 @@ class FRAugWork(Work):
 
 
 @register
-class FRAug(Algorithm[ServerState, FRAugState, FRAugWork]):
+class FRAug(Algorithm[ServerState, FRAugState, FRAugWork, FRAugParams]):
     """Shared generator + local RTNet + EMA prototypes augment the head's training in the embedding space."""
 
     name = "fraug"

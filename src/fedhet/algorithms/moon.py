@@ -100,7 +100,7 @@ class MoonWork(Work):
 
 
 @register
-class Moon(Algorithm[ServerState, MoonState, MoonWork]):
+class Moon(Algorithm[ServerState, MoonState, MoonWork, MoonParams]):
     """FedAvg whose local loss pulls z towards the global model's representation and away from the previous one."""
 
     name = "moon"

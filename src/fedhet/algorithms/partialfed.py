@@ -103,8 +103,29 @@ def matching_layers(model: nn.Module, rules: list[str]) -> set[str]:
     return chosen
 
 
+@dataclass
+class PartialFedParams:
+    """variant: fix | adaptive; local_layers: the Fix rule; p_init/adaptive_lr/p_min: the Adaptive policy."""
+
+    variant: str = "adaptive"
+    local_layers: list[str] = field(default_factory=lambda: ["bn", "head"])
+    p_init: float = 0.5
+    adaptive_lr: float = 0.5
+    p_min: float = 0.05
+
+    def validate(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ConfigError(f"partialfed: variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
+        if not 0.0 <= self.p_min < 0.5:
+            raise ConfigError(f"partialfed: p_min must be in [0, 0.5), got {self.p_min}")
+        if not self.p_min <= self.p_init <= 1 - self.p_min:
+            raise ConfigError(f"partialfed: p_init must be in [p_min, 1 - p_min], got {self.p_init}")
+        if not self.adaptive_lr >= 0:
+            raise ConfigError(f"partialfed: adaptive_lr must be >= 0, got {self.adaptive_lr}")
+
+
 @register
-class PartialFed(Algorithm[ServerState, PartialFedState, PartialFedWork]):
+class PartialFed(Algorithm[ServerState, PartialFedState, PartialFedWork, PartialFedParams]):
     """FedAvg whose clients start each round from a per-layer mix of the global and their own model."""
 
     name = "partialfed"
@@ -112,26 +133,7 @@ class PartialFed(Algorithm[ServerState, PartialFedState, PartialFedWork]):
     server_state_type = ServerState
     client_state_type = PartialFedState
     work_type = PartialFedWork
-
-    @dataclass
-    class Params:
-        """variant: fix | adaptive; local_layers: the Fix rule; p_init/adaptive_lr/p_min: the Adaptive policy."""
-
-        variant: str = "adaptive"
-        local_layers: list[str] = field(default_factory=lambda: ["bn", "head"])
-        p_init: float = 0.5
-        adaptive_lr: float = 0.5
-        p_min: float = 0.05
-
-        def validate(self) -> None:
-            if self.variant not in VARIANTS:
-                raise ConfigError(f"partialfed: variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
-            if not 0.0 <= self.p_min < 0.5:
-                raise ConfigError(f"partialfed: p_min must be in [0, 0.5), got {self.p_min}")
-            if not self.p_min <= self.p_init <= 1 - self.p_min:
-                raise ConfigError(f"partialfed: p_init must be in [p_min, 1 - p_min], got {self.p_init}")
-            if not self.adaptive_lr >= 0:
-                raise ConfigError(f"partialfed: adaptive_lr must be >= 0, got {self.adaptive_lr}")
+    Params = PartialFedParams
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

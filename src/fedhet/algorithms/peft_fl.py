@@ -32,16 +32,16 @@ import dataclasses
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
-from fedhet.algorithms.base import ModelAlgorithm
+from fedhet.algorithms.base import Algorithm, Capabilities
 from fedhet.algorithms.registry import register
 from fedhet.config import ServerConfig, TrainConfig
 from fedhet.core.batches import num_steps, restrict_logits
-from fedhet.core.contract import ClientContext, ClientState, FitStats, LocalPass, OptimSpec, Work, minimize
+from fedhet.core.contract import ClientContext, ClientState, FitStats, LocalPass, OptimSpec, ServerState, Work, minimize
 from fedhet.core.messages import Message
 from fedhet.core.params import state_of
 from fedhet.errors import ConfigError
@@ -126,23 +126,26 @@ def with_modules(model: SplitModel, params: PeftParams, dual: bool = False) -> S
     return model
 
 
-@register
-class PeftFedAvg(ModelAlgorithm):
-    """FedAvg of a PEFT module over a frozen backbone, or local-only training (module docstring)."""
+PW = TypeVar("PW", bound=Work)
+PP = TypeVar("PP", bound=PeftParams)
 
-    name = "peft"
-    Params = PeftParams
+
+class PeftFamily(Algorithm[ServerState, ClientState, PW, PP]):
+    """FedAvg of a PEFT module over a frozen backbone, or local-only training (module docstring); FedDAT's base."""
+
     personalized = True  # every client deploys its own head
-    modality = "vision-language"
+    capabilities = Capabilities(modality="vision-language")
+    server_state_type = ServerState
+    client_state_type = ClientState
     counting_kind = ""  # models.peft.counting kind; "" = params.kind
 
-    def __init__(self, params: PeftParams, model_fn: Callable[[], SplitModel], train: TrainConfig,
+    def __init__(self, params: PP, model_fn: Callable[[], SplitModel], train: TrainConfig,
                  server: ServerConfig, num_classes: int, device: torch.device, num_clients: int = 0) -> None:
         self.selection: PeftParameters | None = None
         super().__init__(params, lambda: self.prepare(model_fn(), params), train, server, num_classes, device,
                          num_clients)
 
-    def prepare(self, model: SplitModel, params: PeftParams) -> SplitModel:
+    def prepare(self, model: SplitModel, params: PP) -> SplitModel:
         """Add the kind's modules and mark exactly its trainable parameters."""
         model = with_modules(model, params, dual=self.counting_kind == "dat")
         self.selection = mark_trainable(model, self.counting_kind or params.kind, also_train=params.also_train)
@@ -161,7 +164,7 @@ class PeftFedAvg(ModelAlgorithm):
         """What a client keeps between rounds: what it trains but does not send (its head, A_c, ...)."""
         return set(self.peft.trainable) - self.parts.shared
 
-    def finish(self, work: Work, state: ClientState, stats: FitStats) -> tuple[Message, ClientState]:
+    def finish(self, work: PW, state: ClientState, stats: FitStats) -> tuple[Message, ClientState]:
         local = state_of(work.model, self.kept_keys())
         return self.parts.reply(work.model, stats), dataclasses.replace(state, local=local)
 
@@ -173,7 +176,8 @@ class PeftFedAvg(ModelAlgorithm):
     def optimizer(self, params: list[nn.Parameter], ctx: ClientContext) -> OptimSpec:
         """The train config's optimizer with this method's betas and warm-up / linear-decay schedule."""
         spec = OptimSpec.from_train(params, self.train_cfg, persist=False)
-        return dataclasses.replace(spec, betas=tuple(self.params.betas), lr_schedule=self.lr_factor(ctx))
+        beta1, beta2 = self.params.betas
+        return dataclasses.replace(spec, betas=(beta1, beta2), lr_schedule=self.lr_factor(ctx))
 
     def steps_per_batch(self) -> int:
         """Optimizer steps one optimizer takes per batch (FedDAT's official update: 2)."""
@@ -197,10 +201,19 @@ class PeftFedAvg(ModelAlgorithm):
         """The model's logits over the client's own answers (all of them without a pool)."""
         return restrict_logits(model(x), ctx.data.classes)
 
-    def loss(self, work: Work, x: Any, y: torch.Tensor) -> torch.Tensor:
+    def loss(self, work: PW, x: Any, y: torch.Tensor) -> torch.Tensor:
         return nn.functional.cross_entropy(self.logits(work.model, x, work.ctx), y)
 
-    def passes(self, work: Work) -> list[LocalPass]:
+    def passes(self, work: PW) -> list[LocalPass]:
         spec = self.optimizer(self.trainable(work.model), work.ctx)
         return [LocalPass("local", minimize(lambda x, y: self.loss(work, x, y)), {"model": spec}, self.train_cfg,
                           modules=(work.model,))]
+
+
+@register
+class PeftFedAvg(PeftFamily[Work, PeftParams]):
+    """The PEFT baselines: one `kind` of module trained and averaged (module docstring)."""
+
+    name = "peft"
+    Params = PeftParams
+    work_type = Work

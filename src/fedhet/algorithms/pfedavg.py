@@ -37,30 +37,32 @@ from fedhet.models import SplitModel
 FINETUNE_PARTS = ("all", "head")
 
 
+@dataclass
+class PFedAvgParams:
+    """finetune_epochs: local fine-tuning epochs at deployment (>= 0); finetune_part: all | head;
+    finetune_lr: fine-tuning learning rate (None: train.lr)."""
+
+    finetune_epochs: int = 1
+    finetune_part: str = "all"
+    finetune_lr: float | None = None
+
+    def validate(self) -> None:
+        if self.finetune_epochs < 0:
+            raise ConfigError(f"finetune_epochs must be >= 0, got {self.finetune_epochs}")
+        if self.finetune_part not in FINETUNE_PARTS:
+            raise ConfigError(f"finetune_part must be one of {', '.join(FINETUNE_PARTS)}, "
+                              f"got {self.finetune_part!r}")
+        if self.finetune_lr is not None and not self.finetune_lr > 0:
+            raise ConfigError(f"finetune_lr must be > 0 (or null for train.lr), got {self.finetune_lr}")
+
+
 @register
-class PFedAvg(ModelAlgorithm):
+class PFedAvg(ModelAlgorithm[PFedAvgParams]):
     """FedAvg training; each client deploys the global model fine-tuned on its own training data."""
 
     name = "pfedavg"
     personalized = True
-
-    @dataclass
-    class Params:
-        """finetune_epochs: local fine-tuning epochs at deployment (>= 0); finetune_part: all | head;
-        finetune_lr: fine-tuning learning rate (None: train.lr)."""
-
-        finetune_epochs: int = 1
-        finetune_part: str = "all"
-        finetune_lr: float | None = None
-
-        def validate(self) -> None:
-            if self.finetune_epochs < 0:
-                raise ConfigError(f"finetune_epochs must be >= 0, got {self.finetune_epochs}")
-            if self.finetune_part not in FINETUNE_PARTS:
-                raise ConfigError(f"finetune_part must be one of {', '.join(FINETUNE_PARTS)}, "
-                                  f"got {self.finetune_part!r}")
-            if self.finetune_lr is not None and not self.finetune_lr > 0:
-                raise ConfigError(f"finetune_lr must be > 0 (or null for train.lr), got {self.finetune_lr}")
+    Params = PFedAvgParams
 
     def finetune_pass(self, work: Work, model: SplitModel) -> LocalPass:
         """`finetune_epochs` epochs of `model` on the client's training split (the personalization step), with a

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 from fedhet.algorithms.base import Algorithm
 from fedhet.registry import Registry
 
-AlgorithmClass = type[Algorithm[Any, Any, Any]]
+AlgorithmClass = type[Algorithm[Any, Any, Any, Any]]
 ALGORITHMS: Registry[AlgorithmClass] = Registry("method")
 T = TypeVar("T", bound=AlgorithmClass)
 

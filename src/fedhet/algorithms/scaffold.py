@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from fedhet.algorithms.base import Algorithm, ArraySpec, spec_of
+from fedhet.algorithms.base import Algorithm, ArraySpec, Capabilities, spec_of
 from fedhet.algorithms.registry import register
 from fedhet.core.aggregation import average, client_weights
 from fedhet.core.contract import (
@@ -84,33 +84,35 @@ class ScaffoldWork(Work):
     correct: Callable[[], None]
 
 
+@dataclass
+class ScaffoldParams:
+    """num_clients: N in c <- c + |S|/N mean(dc); None = as the clients report it (module doc).
+    control_lr, control_decay: a step size on the control-variate update, decayed per round,
+    c <- c + control_lr * control_decay^(r-1) * |S|/N mean(dc) (1.0 and 1.0: the paper's update; the FedEx /
+    FedPop search spaces tune them as "lr_control" and "gamma_control")."""
+
+    num_clients: int | None = None
+    control_lr: float = 1.0
+    control_decay: float = 1.0
+
+    def validate(self) -> None:
+        if self.num_clients is not None and self.num_clients < 1:
+            raise ConfigError(f"scaffold: num_clients must be >= 1 or null, got {self.num_clients}")
+        if not self.control_lr > 0 or not 0 < self.control_decay <= 1:
+            raise ConfigError(f"scaffold: control_lr must be > 0 and control_decay in (0, 1], got "
+                              f"{self.control_lr} and {self.control_decay}")
+
+
 @register
-class Scaffold(Algorithm[ScaffoldServerState, ScaffoldClientState, ScaffoldWork]):
+class Scaffold(Algorithm[ScaffoldServerState, ScaffoldClientState, ScaffoldWork, ScaffoldParams]):
     """FedAvg plus server and client control variates that correct every local gradient step."""
 
     name = "scaffold"
     server_state_type = ScaffoldServerState
     client_state_type = ScaffoldClientState
     work_type = ScaffoldWork
-    call_params = frozenset({"control_lr", "control_decay"})  # read in `aggregate` only
-
-    @dataclass
-    class Params:
-        """num_clients: N in c <- c + |S|/N mean(dc); None = as the clients report it (module doc).
-        control_lr, control_decay: a step size on the control-variate update, decayed per round,
-        c <- c + control_lr * control_decay^(r-1) * |S|/N mean(dc) (1.0 and 1.0: the paper's update; the FedEx /
-        FedPop search spaces tune them as "lr_control" and "gamma_control")."""
-
-        num_clients: int | None = None
-        control_lr: float = 1.0
-        control_decay: float = 1.0
-
-        def validate(self) -> None:
-            if self.num_clients is not None and self.num_clients < 1:
-                raise ConfigError(f"scaffold: num_clients must be >= 1 or null, got {self.num_clients}")
-            if not self.control_lr > 0 or not 0 < self.control_decay <= 1:
-                raise ConfigError(f"scaffold: control_lr must be > 0 and control_decay in (0, 1], got "
-                                  f"{self.control_lr} and {self.control_decay}")
+    capabilities = Capabilities(call_params=frozenset({"control_lr", "control_decay"}))  # read in `aggregate` only
+    Params = ScaffoldParams
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from torch import nn
 
-from fedhet.algorithms.base import ModelAlgorithm
+from fedhet.algorithms.base import ModelAlgorithm, NoParams
 from fedhet.algorithms.registry import register
 
 
 @register
-class Single(ModelAlgorithm):
+class Single(ModelAlgorithm[NoParams]):
     """No shared keys: the whole model is client state; a 'round' is one local training pass."""
 
     name = "single"
+    Params = NoParams
     personalized = True
 
     def shared_keys(self, model: nn.Module) -> set[str]:

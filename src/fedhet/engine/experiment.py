@@ -48,7 +48,7 @@ class Arrangement:
         return [c for c in range(n) if c not in self.novel]
 
 
-def arrange(alg: Algorithm[Any, Any, Any], data: FederatedData, novel: list[int] | None = None) -> Arrangement:
+def arrange(alg: Algorithm[Any, Any, Any, Any], data: FederatedData, novel: list[int] | None = None) -> Arrangement:
     """The clients as they train: as they are, or pooled for a centralized method (the oracle `all`); `novel`:
     the held-out clients."""
     if not alg.centralized:
@@ -68,7 +68,7 @@ class Experiment:
     config: ExperimentConfig
     data: FederatedData
     device: torch.device
-    algorithm: Algorithm[Any, Any, Any]
+    algorithm: Algorithm[Any, Any, Any, Any]
     model_fn: Callable[[], SplitModel]
     arrangement: Arrangement
 
@@ -105,7 +105,7 @@ def make_model_fn(cfg: ExperimentConfig, data: FederatedData) -> Callable[[], Sp
 
 
 def build_algorithm(cfg: ExperimentConfig, data: FederatedData, device: torch.device,
-                    model_fn: Callable[[], SplitModel]) -> Algorithm[Any, Any, Any]:
+                    model_fn: Callable[[], SplitModel]) -> Algorithm[Any, Any, Any, Any]:
     """Instantiate the configured method with its validated `method_args`."""
     return ALGORITHMS.get(cfg.method)(method_params(cfg), model_fn, cfg.train, cfg.server, data.num_classes, device,
                                       num_clients=len(data.clients))

@@ -29,7 +29,7 @@ from fedhet.engine.evaluation import evaluate
 from fedhet.engine.finite import check_finite
 from fedhet.losses.classification import cross_entropy
 
-AnyAlgorithm = Algorithm[Any, Any, Any]
+AnyAlgorithm = Algorithm[Any, Any, Any, Any]
 
 
 class PassOptimizers:

@@ -69,7 +69,7 @@ def _check_key(role: str, key: str, cfg: ExperimentConfig, keys: Mapping[str, An
     if section == "method_args":
         from fedhet.algorithms.registry import ALGORITHMS
 
-        per_call = ALGORITHMS.get(cfg.method).call_params
+        per_call = ALGORITHMS.get(cfg.method).capabilities.call_params
         if key.split(".")[1] not in per_call:
             raise ConfigError(f"search space: method '{cfg.method}' reads {key} when it is built, so it cannot "
                               f"differ per client or member; its per-call method_args: "

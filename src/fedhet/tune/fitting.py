@@ -31,8 +31,8 @@ class MemberRound:
 
     member: Member
     betas: list[HPVector]
-    center: Algorithm[Any, Any, Any]
-    copies: dict[int, Algorithm[Any, Any, Any]]
+    center: Algorithm[Any, Any, Any, Any]
+    copies: dict[int, Algorithm[Any, Any, Any, Any]]
     messages: dict[int, Message]
 
 

@@ -15,7 +15,7 @@ from fedhet.tune.apply import hparams_of, vector_to_dict
 from fedhet.tune.fedex import FedExState
 from fedhet.tune.space import HPVector, SearchSpace
 
-AnyAlgorithm = Algorithm[Any, Any, Any]
+AnyAlgorithm = Algorithm[Any, Any, Any, Any]
 MAX_CACHED = 1024
 
 

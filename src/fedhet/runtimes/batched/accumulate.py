@@ -33,19 +33,19 @@ MIN_ROWS = 4  # a smaller common divisor: micro-batches of a few rows, many more
 Part = tuple[torch.Tensor, torch.Tensor, float, bool]  # x, y, share of its batch, last part of its batch
 
 
-def splits_batches(alg: Algorithm[Any, Any, Any]) -> bool:
-    """Whether the method's loss may be split across micro-batches: its declared `loss_is_batch_mean`, else true
-    only where neither `loss` nor `passes` is overridden (FedAvg's single-stage cross-entropy pass)."""
+def splits_batches(alg: Algorithm[Any, Any, Any, Any]) -> bool:
+    """Whether the method's loss may be split across micro-batches: its declared `capabilities.loss_is_batch_mean`,
+    else true only where neither `loss` nor `passes` is overridden (FedAvg's single-stage cross-entropy pass)."""
     for cls in type(alg).__mro__:
-        declared = vars(cls).get("loss_is_batch_mean")
-        if declared is not None:
-            return bool(declared)
+        capabilities = vars(cls).get("capabilities")
+        if capabilities is not None and capabilities.loss_is_batch_mean is not None:
+            return bool(capabilities.loss_is_batch_mean)
         if "loss" in vars(cls) or "passes" in vars(cls):
             return cls is Algorithm
     return False
 
 
-def micro_rows(algs: Sequence[Algorithm[Any, Any, Any]]) -> int | None:
+def micro_rows(algs: Sequence[Algorithm[Any, Any, Any, Any]]) -> int | None:
     """The micro-batch size for jobs of these method copies (the gcd of their batch sizes), or None where they
     share one batch size, a method's loss cannot be split, or the gcd is below MIN_ROWS."""
     sizes = {a.train_cfg.batch_size for a in algs}

@@ -44,15 +44,15 @@ LANED_TRAIN = ("lr", "momentum", "weight_decay", "local_epochs", "local_steps", 
 SERVER_SIDE = ("server_cfg", "server_opt")  # read by aggregation only, never by a client's fit
 
 
-def lane_group(alg: Algorithm[Any, Any, Any]) -> tuple[Any, ...]:
+def lane_group(alg: Algorithm[Any, Any, Any, Any]) -> tuple[Any, ...]:
     """Copies of one method (`with_hparams`) whose clients may be lanes of one vectorized step share this key:
     the same objects built in `__init__` and the same settings, except the ones the runtime lanes (the local
     optimizer's lr / momentum / weight decay, the step count and batch size: `LANED_TRAIN`; the method's
-    `lane_params`, which its `start` puts into the Work as tensors) and the server's. Clients of copies with
-    different keys are trained in separate groups."""
+    `capabilities.lane_params`, which its `start` puts into the Work as tensors) and the server's. Clients of
+    copies with different keys are trained in separate groups."""
     neutral = TrainConfig()
     train = dataclasses.replace(alg.train_cfg, **{f: getattr(neutral, f) for f in LANED_TRAIN})
-    laned = alg.lane_params
+    laned = alg.capabilities.lane_params
     params = alg.params
     fixed = [(f.name, getattr(params, f.name)) for f in dataclasses.fields(params) if f.name not in laned] \
         if dataclasses.is_dataclass(params) else [("params", params)]

@@ -115,7 +115,7 @@ class BatchedClients(InProcessClients):
         return self.chunk_sizes[batch_size]
 
     def fit(self, rnd: int, messages: dict[int, Message],
-            algorithms: Mapping[int, Algorithm[Any, Any, Any]] | None = None) -> list[Reply]:
+            algorithms: Mapping[int, Algorithm[Any, Any, Any, Any]] | None = None) -> list[Reply]:
         """Local training of the given clients, chunk by chunk; states replace the old ones only at the end.
         `algorithms`: a client's own copy of the method (`with_hparams`, as in-process); copies that differ only
         in laned values (rule.lane_group) share lanes. A NaN / inf loss fails the round, as in-process."""

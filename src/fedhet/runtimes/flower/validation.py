@@ -33,7 +33,7 @@ class ReplyRejected(Exception):
     """A client's reply does not match what the server expects; the message says why."""
 
 
-def expected_reply_spec(alg: Algorithm[Any, Any, Any], broadcast: Message) -> Spec:
+def expected_reply_spec(alg: Algorithm[Any, Any, Any, Any], broadcast: Message) -> Spec:
     """The arrays a fit reply to `broadcast` must carry, as the method declares them."""
     return dict(alg.reply_layout(broadcast))
 
