@@ -42,7 +42,8 @@ from fedhet.core.contract import ClientState, FitStats, LocalPass, RoundInfo, Se
 from fedhet.core.messages import Message, Reply
 from fedhet.core.params import state_of
 from fedhet.core.seeding import torch_generator
-from fedhet.errors import ConfigError, TrainingDivergedError
+from fedhet.errors import ConfigError
+from fedhet.losses.descent import descend
 
 log = logging.getLogger(__name__)
 GEOMETRY = ("channels", "height", "width")  # reply scalars: the client's input shape
@@ -174,13 +175,9 @@ class Dense(Algorithm[DenseServer, ClientState, Work, DenseParams]):
                 view = augment(images, g) if p.augment else images
                 terms = self.generator_step(teacher, student, fmt.to_classifier(view, *geometry),
                                             targets.to(self.device), stats)
-                if not torch.isfinite(terms["total"]):
-                    raise TrainingDivergedError("DENSE generator training diverged; lower method_args.lr_g")
-                if float(terms["total"].detach()) < best_cost:
+                if float(terms["total"].detach()) < best_cost:  # (NaN never is; `descend` then stops)
                     best_cost, best = float(terms["total"].detach()), images.detach().clone()
-                opt.zero_grad(set_to_none=True)
-                terms["total"].backward()  # type: ignore[no-untyped-call]
-                opt.step()
+                descend(opt, terms["total"], "DENSE's generator training", "lower method_args.lr_g")
                 sums = {k: sums.get(k, 0.0) + float(v.detach()) / p.g_steps for k, v in terms.items()}
         finally:
             stats.remove()
@@ -201,9 +198,7 @@ class Dense(Algorithm[DenseServer, ClientState, Work, DenseParams]):
             with torch.no_grad():
                 t_out = teacher(x)
             loss = kd_loss(student(x), t_out, p.temperature)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            opt.step()
+            descend(opt, loss, "DENSE's distillation", "lower method_args.kd_lr")
             total, steps = total + float(loss.detach()), steps + 1
         return total / max(steps, 1)
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from fedhet.config import TrainConfig
 from fedhet.core.optim import make_optimizer
-from fedhet.errors import TrainingDivergedError
+from fedhet.losses.descent import descend
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +38,7 @@ def train_on_tensors(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs:
                 flip = torch.rand(len(idx), device=device) < 0.5
                 xb = torch.where(flip.view(-1, 1, 1, 1), xb.flip(-1), xb)
             loss = F.cross_entropy(model(xb), y[idx])
-            if not torch.isfinite(loss):
-                raise TrainingDivergedError(f"{what} diverged (loss NaN/inf); lower {lr_setting}")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            opt.step()
+            descend(opt, loss, what, f"lower {lr_setting}")
             total, steps = total + float(loss.detach()), steps + 1
         mean = total / max(steps, 1)
         log.info("%s: epoch loss %.4f", what, mean)

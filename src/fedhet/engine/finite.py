@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fedhet.errors import TrainingDivergedError
+from fedhet.losses.descent import check_finite as check_loss
 
 DIVERGED_ADVICE = (
     "lower train.lr (or server.lr), add train.grad_clip, or check the data for NaNs. The checkpoint of the last "
@@ -13,9 +13,8 @@ DIVERGED_ADVICE = (
 
 
 def check_finite(loss: torch.Tensor, where: str) -> None:
-    """Stop with a clear message when the loss is NaN or infinite."""
-    if not torch.isfinite(loss).all():
-        raise TrainingDivergedError(f"loss became {loss.item()} in {where}; {DIVERGED_ADVICE}")
+    """Stop with a clear message when the loss is NaN or infinite (a run's advice: `DIVERGED_ADVICE`)."""
+    check_loss(loss, where, DIVERGED_ADVICE)
 
 
 def first_nonfinite(tree: object, path: str = "") -> str | None:

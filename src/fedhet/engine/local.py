@@ -26,8 +26,9 @@ from fedhet.core.optim import build_optimizer, make_optimizer  # noqa: F401  (ma
 from fedhet.core.params import frozen
 from fedhet.engine.batching import batches
 from fedhet.engine.evaluation import evaluate
-from fedhet.engine.finite import check_finite
+from fedhet.engine.finite import DIVERGED_ADVICE, check_finite
 from fedhet.losses.classification import cross_entropy
+from fedhet.losses.descent import descend
 
 AnyAlgorithm = Algorithm[Any, Any, Any, Any]
 
@@ -44,11 +45,9 @@ class PassOptimizers:
                 self.optims[name].load_state_dict(copy.deepcopy(saved[name]))
 
     def step(self, loss: torch.Tensor, name: str = "model") -> None:
-        opt = self.optims[name]
-        check_finite(loss, self.where if name == "model" else f"{self.where} ({name})")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]  # torch's stub leaves Tensor.backward untyped
-        self._apply(name)
+        where = self.where if name == "model" else f"{self.where} ({name})"
+        descend(self.optims[name], loss, where, DIVERGED_ADVICE, before_step=lambda: self._prepare(name))
+        self.steps[name] += 1
 
     def step_each(self, losses: dict[str, torch.Tensor]) -> None:
         for name, loss in losses.items():
@@ -58,10 +57,13 @@ class PassOptimizers:
         for name, gs in grads.items():
             for param, g in zip(self.specs[name].params, gs, strict=True):
                 param.grad = g
-            self._apply(name)
+            self._prepare(name)
+            self.optims[name].step()
+            self.steps[name] += 1
 
-    def _apply(self, name: str) -> None:
-        """With the gradients in place: the gradient edit, clipping, then the optimizer `name` steps."""
+    def _prepare(self, name: str) -> None:
+        """With the gradients in place, before the optimizer `name` steps: the gradient edit, clipping, the
+        scheduled learning rate."""
         spec = self.specs[name]
         if spec.after_backward is not None:
             spec.after_backward()
@@ -70,8 +72,6 @@ class PassOptimizers:
         if spec.lr_schedule is not None:
             for group in self.optims[name].param_groups:
                 group["lr"] = spec.lr * spec.lr_schedule(self.steps[name])
-        self.optims[name].step()
-        self.steps[name] += 1
 
     def persisted(self) -> dict[str, dict[str, Any]]:
         """Copies of the states of the optimizers marked `persist`."""

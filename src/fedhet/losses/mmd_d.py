@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from fedhet.losses.descent import descend
 from fedhet.losses.kernels import pairwise_sq_dists
 from fedhet.losses.mmd import h_matrix, mmd2_unbiased_paired
 
@@ -123,10 +124,8 @@ class MMDD(nn.Module):
         history: list[float] = []
         for _ in range(n_steps):
             perm = torch.randperm(y.shape[0], generator=self.generator).to(y.device)
-            self.optimizer.zero_grad(set_to_none=True)
             j = self.objective(x, y[perm])
-            (-j).backward()
-            self.optimizer.step()
+            descend(self.optimizer, -j, "MMD-D's kernel training", "lower method_args.kernel_lr")
             history.append(float(j.detach()))
         return history
 

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from fedhet.atomic import atomic_path
 from fedhet.errors import CheckpointError
+from fedhet.losses.descent import descend
 from fedhet.models.peft.counting import param_group
 
 Batch = tuple[Sequence[torch.Tensor], torch.Tensor]
@@ -76,9 +77,7 @@ def pretrain(model: nn.Module, batches: Iterable[Batch], *, epochs: int = 1, lr:
         losses: list[float] = []
         for x, y in batches:
             loss = F.cross_entropy(model(_to(x, device)), y.to(device))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            descend(opt, loss, f"pretraining, epoch {epoch + 1}", "lower the learning rate (train.lr)")
             sched.step()
             losses.append(float(loss.detach()))
             steps += 1

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from fedhet.errors import FedhetError, TrainingDivergedError
+from fedhet.errors import FedhetError
+from fedhet.losses.descent import descend
 from fedhet.models.ldm.prompts import PromptEncoder, layout_of
 
 INITS = ("random", "words")
@@ -138,10 +139,6 @@ def learn_concepts(encoder: PromptEncoder, init: Concepts, latents: torch.Tensor
             t = torch.randint(0, steps_t, (len(batch),), generator=generator)
             eps = torch.randn(z0.shape, generator=generator)
             loss = concept_loss(encoder, Concepts(domain, classes), z0, labels[batch], t, eps)
-            if not torch.isfinite(loss):
-                raise TrainingDivergedError(f"the concept loss (Eq. 4) became {loss.item()}; lower the lr")
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            descend(opt, loss, "FedBiP's concept optimisation (Eq. 4)", "lower ConceptConfig.lr")
             losses.append(loss.item())
     return Concepts(domain, classes).detach(), losses

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fedhet.errors import TrainingDivergedError
+from fedhet.losses.descent import descend
 from fedhet.models.ldm.deps import import_diffusers
 from fedhet.models.ldm.pool import PoolPrompt
 from fedhet.models.ldm.pretrain_config import LDMPretrainConfig
@@ -68,12 +68,6 @@ def color_augment(x: torch.Tensor, prob: float, generator: torch.Generator) -> t
     return torch.where(use, bg + (fg - bg) * x.mean(1, keepdim=True), x)
 
 
-def check_finite(loss: torch.Tensor, stage: str) -> None:
-    """A TrainingDivergedError when the loss is NaN or infinite."""
-    if not torch.isfinite(loss):
-        raise TrainingDivergedError(f"ldm pretrain: the {stage} loss became {loss.item()}; lower {stage}.lr")
-
-
 def vae_step(vae: Any, opt: torch.optim.Optimizer, images: torch.Tensor, cfg: LDMPretrainConfig,
              generator: torch.Generator) -> float:
     """One VAE step on uint8 images (B, 3, S, S): recolour, L1 + β·KL, AdamW; returns the loss."""
@@ -83,10 +77,7 @@ def vae_step(vae: Any, opt: torch.optim.Optimizer, images: torch.Tensor, cfg: LD
     draw = torch.randn(post.mean.shape, generator=generator).to(device)
     recon = vae.decode(post.mean + post.std * draw).sample
     loss = (recon - x).abs().mean() + cfg.vae.kl_weight * post.kl().mean() / post.mean[0].numel()
-    check_finite(loss, "vae")
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
+    descend(opt, loss, "ldm pretraining (vae)", "lower vae.lr")
     return float(loss.item())
 
 
@@ -160,13 +151,9 @@ def unet_step(unet: Any, opt: torch.optim.Optimizer, scheduler: Any, z0: torch.T
     pred = unet(scheduler.add_noise(z0, noise, t), t, encoder_hidden_states=contexts.states[rows],
                 encoder_attention_mask=contexts.mask[rows]).sample
     loss = F.mse_loss(pred.float(), noise.float())
-    check_finite(loss, "unet")
     for group in opt.param_groups:
         group["lr"] = lr
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(unet.parameters(), cfg.unet.grad_clip)
-    opt.step()
+    descend(opt, loss, "ldm pretraining (unet)", "lower unet.lr", clip=(unet.parameters(), cfg.unet.grad_clip))
     return float(loss.item())
 
 

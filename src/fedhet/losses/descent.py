@@ -1,0 +1,36 @@
+"""One gradient step on a loss, the one place fedhet calls `backward()`: the engine's local loop
+(`fedhet.engine.local`) and every training loop outside it (LDM pretraining, FedBiP's concept optimisation, the
+VL backbone's pretraining, server-side training, DENSE's generator and distillation, MMD-D's kernel fitting)
+take their steps here, so each checks its loss for NaN / inf the same way before it touches the weights.
+
+It lives with the losses (a foundation) so that models and losses may use it as well as the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+
+from fedhet.errors import TrainingDivergedError
+
+
+def check_finite(loss: torch.Tensor, where: str, advice: str) -> None:
+    """A TrainingDivergedError naming `where` and what to do (`advice`) when the loss is NaN or infinite."""
+    if not torch.isfinite(loss).all():
+        raise TrainingDivergedError(f"loss became {loss.item()} in {where}; {advice}")
+
+
+def descend(optimizer: torch.optim.Optimizer, loss: torch.Tensor, where: str, advice: str, *,
+            clip: tuple[Iterable[torch.Tensor], float] | None = None,
+            before_step: Callable[[], None] | None = None) -> None:
+    """Check `loss` (`check_finite`), zero the gradients, backpropagate, call `before_step` (e.g. a gradient
+    edit or a learning-rate change), clip the gradients' norm of `clip`'s parameters to its bound, step."""
+    check_finite(loss, where, advice)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()  # type: ignore[no-untyped-call]  # torch's stub leaves Tensor.backward untyped
+    if before_step is not None:
+        before_step()
+    if clip is not None:
+        torch.nn.utils.clip_grad_norm_(clip[0], clip[1])
+    optimizer.step()
