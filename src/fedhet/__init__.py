@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fedhet.version import __version__
+
 if TYPE_CHECKING:
     from fedhet.launch.exported import load_exported
 
-__version__ = "0.1.0"
 __all__ = ["__version__", "load_exported"]
 
 

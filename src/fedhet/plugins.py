@@ -1,7 +1,14 @@
-"""User plugins: the modules a config lists under `imports`, imported before any name is looked up.
+"""How fedhet finds the code that registers datasets, models and methods: one mechanism for its own modules and
+for a user's.
 
-A plugin registers datasets (`fedhet.data.register_dataset`), models (`fedhet.models.register_model`) or
-methods (`fedhet.algorithms.register`) at import time. An entry is either a dotted module name
+Built-ins: a registry (`fedhet.registry.Registry`) names the package whose modules register its entries
+(`fedhet.data`, `fedhet.models`, `fedhet.algorithms`); `import_builtins` imports every module of it (not its
+sub-packages) the first time a name is registered or looked up, so importing a package stays cheap and a new
+method, model or dataset is one file with its registration line.
+
+User plug-ins: the modules a config lists under `imports`, imported by `import_plugins` before any name is
+looked up. A plugin registers datasets (`fedhet.data.register_dataset`), models (`fedhet.models.register_model`)
+or methods (`fedhet.algorithms.register`) at import time. An entry is either a dotted module name
 (`my_pkg.my_datasets`, imported from `sys.path` with the current directory in front, as `python -m` does) or
 the path of a `.py` file (`./my_datasets.py`; relative paths are relative to the current directory, like
 `data.root`). Each is imported once per process. See docs/data.md "Registering a dataset in code".
@@ -13,6 +20,7 @@ import hashlib
 import importlib
 import importlib.util
 import os
+import pkgutil
 import re
 import sys
 import traceback
@@ -96,3 +104,9 @@ def import_plugins(entries: list[str]) -> list[ModuleType]:
         entry = entry.strip()
         modules.append(_import_file(entry) if _is_path(entry) else _import_name(entry))
     return modules
+
+
+def import_builtins(package: str) -> list[ModuleType]:
+    """Import every module of fedhet's `package` (sub-packages aside): each registers what it defines."""
+    folders = importlib.import_module(package).__path__
+    return [importlib.import_module(f"{package}.{m.name}") for m in pkgutil.iter_modules(folders) if not m.ispkg]

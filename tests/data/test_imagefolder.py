@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 from fedhet.config import DataConfig, load_config
-from fedhet.data import DataFileError, build_federated_data
+from fedhet.data import DataFileError, build_federated_data, resolve_spec
 from fedhet.data.examples import write_example_imagefolder
 from fedhet.data.files import read_image_folder
 from fedhet.errors import ConfigError, DatasetNotFoundError
@@ -135,9 +135,10 @@ def test_normalisations(tmp_path: Path) -> None:
     ({"normalize": "fixed", "mean": [0.5], "std": [0.0], "channels": 1}, "std must be > 0"),
 ])
 def test_option_errors(tmp_path: Path, options: dict, message: str) -> None:
+    cfg = load_config(None, ["data.dataset=imagefolder", f"data.root={tmp_path}"] +
+                      [f"data.options.{k}={v}" for k, v in options.items()])  # config knows no dataset's options
     with pytest.raises(ConfigError, match=message):
-        load_config(None, ["data.dataset=imagefolder", f"data.root={tmp_path}"] +
-                    [f"data.options.{k}={v}" for k, v in options.items()])
+        resolve_spec(cfg.data)  # the data layer checks them before it reads data.root (empty here)
 
 
 def test_root_errors(tmp_path: Path) -> None:

@@ -50,10 +50,11 @@ def _pages_with(select: object) -> list[Path]:
 def registries() -> object:
     """Blocks register plug-ins (a model, a dataset, a method); the registries are restored afterwards."""
     from fedhet.algorithms.registry import ALGORITHMS
-    from fedhet.data.registry import DATASETS, _ensure_loaded
+    from fedhet.data.registry import DATASETS
     from fedhet.models import MODELS
 
-    _ensure_loaded()
+    for registry in (ALGORITHMS, MODELS, DATASETS):
+        registry.load()  # the built-ins first, so restoring the items keeps them
     saved = [(r._items, dict(r._items)) for r in (ALGORITHMS, MODELS, DATASETS)]
     yield
     for items, before in saved:

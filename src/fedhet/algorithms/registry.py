@@ -8,7 +8,7 @@ from fedhet.algorithms.base import Algorithm
 from fedhet.registry import Registry
 
 AlgorithmClass = type[Algorithm[Any, Any, Any, Any]]
-ALGORITHMS: Registry[AlgorithmClass] = Registry("method")
+ALGORITHMS: Registry[AlgorithmClass] = Registry("method", "fedhet.algorithms")  # its modules register them
 T = TypeVar("T", bound=AlgorithmClass)
 
 

@@ -54,10 +54,6 @@ class ExperimentConfig:
         _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         for section in (self.data, self.train, self.server, self.eval, self.run, self.novel):
             section.validate()
-        if self.data.options:
-            from fedhet.data.registry import check_options
-
-            check_options(self.data)
 
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(dataclasses.asdict(self))

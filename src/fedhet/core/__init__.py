@@ -1,3 +1,4 @@
-"""The bottom layer: types and pure helpers every other layer may use (messages, parameters, aggregation,
-seeding, atomic files, the algorithm contract's types). It imports nothing from algorithms, engine, runtimes
-or the CLI."""
+"""The ground floor of the method stack: types and pure helpers every method, the engine and the runtimes use
+(messages, parameters, aggregation, seeding, batches, the algorithm contract's types). Below it are only the
+foundation units (errors, config, ...; tests/test_layers.py orders them); `fedhet.core.contract` loads neither
+the data layer nor the model zoo (fedhet.core.protocols)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
@@ -19,8 +19,10 @@ from torch.utils.data import Dataset
 from fedhet.config import TrainConfig
 from fedhet.core.messages import Message
 from fedhet.core.params import StateDict
-from fedhet.data import ClientData
-from fedhet.models import SplitModel
+from fedhet.core.protocols import ClientSplits
+
+if TYPE_CHECKING:  # only the type: importing the contract does not load the model zoo
+    from fedhet.models.base import SplitModel
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class ClientContext:
 
     client_id: int
     info: RoundInfo
-    data: ClientData
+    data: ClientSplits
     device: torch.device
     num_classes: int
     class_names: tuple[str, ...] = ()

@@ -8,7 +8,6 @@ errors) and may discover its domains and classes at load time (`resolve`, e.g. `
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,18 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fedhet.config import DataConfig, from_dict
 from fedhet.errors import ConfigError, unknown_choice
 from fedhet.registry import Registry
 
 if TYPE_CHECKING:
-    from fedhet.config import DataConfig
     from fedhet.data.datasets import IndexedDataset
-
-# Modules whose import registers datasets (imported lazily to avoid import cycles).
-_LOADER_MODULES = ("digits", "offline_digits", "images", "features", "synthetic", "fashion_mnist", "cifar10",
-                   "isic2019", "rxrx1", "imagefolder", "csv_table", "vqa_benchmarks",
-                   "shakespeare", "fedbip_subsets")
-
 
 @dataclass
 class DomainData:
@@ -93,7 +86,7 @@ class DatasetSpec:
     vocabulary: tuple[str, ...] = ()  # text / VQA: the words in word-id order (models taking `words=` get them)
 
 
-DATASETS: Registry[DatasetSpec] = Registry("dataset")
+DATASETS: Registry[DatasetSpec] = Registry("dataset", "fedhet.data")  # its modules register the built-ins
 
 
 def register_dataset(spec: DatasetSpec) -> DatasetSpec:
@@ -102,21 +95,13 @@ def register_dataset(spec: DatasetSpec) -> DatasetSpec:
     return spec
 
 
-def _ensure_loaded() -> None:
-    for mod in _LOADER_MODULES:
-        importlib.import_module(f"fedhet.data.{mod}")
-
-
 def get_spec(name: str) -> DatasetSpec:
     """The spec of dataset `name`; unknown names raise a ConfigError naming the nearest one."""
-    _ensure_loaded()
     return DATASETS.get(name)
 
 
 def parse_options(spec: DatasetSpec, options: Mapping[str, Any]) -> Any:
     """`data.options` as the spec's options dataclass (nearest-key errors, then its `validate()`), or None."""
-    from fedhet.config import from_dict
-
     if spec.options is None:
         if options:
             raise ConfigError(f"dataset '{spec.name}' takes no data.options, got: {', '.join(map(str, options))}; "
@@ -126,13 +111,6 @@ def parse_options(spec: DatasetSpec, options: Mapping[str, Any]) -> Any:
     if hasattr(opts, "validate"):
         opts.validate()
     return opts
-
-
-def check_options(cfg: DataConfig) -> None:
-    """Validate `cfg.options` against the dataset's options, when the dataset is registered (else nothing)."""
-    _ensure_loaded()
-    if cfg.dataset in DATASETS:
-        parse_options(DATASETS.get(cfg.dataset), cfg.options)
 
 
 def resolve_spec(cfg: DataConfig) -> DatasetSpec:
@@ -150,7 +128,6 @@ def options_fields(spec: DatasetSpec) -> list[dataclasses.Field]:
 
 def list_datasets() -> list[str]:
     """Names of all registered datasets."""
-    _ensure_loaded()
     return DATASETS.names()
 
 

@@ -161,7 +161,7 @@ def fedhet_version() -> str:
     try:
         return version("fedhet")
     except PackageNotFoundError:
-        from fedhet import __version__
+        from fedhet.version import __version__
 
         return __version__
 

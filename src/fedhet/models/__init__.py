@@ -6,23 +6,10 @@ AdaptFED / FedTP backbones), efficientnet_lite0
 x = [images, questions]: vl_transformer (ViLT-shaped, pretrained here), hf_vilt (transformers ViLT), minilm_vl
 (MiniLM-L6 with image tokens); on token-id windows (dataset shakespeare): focal_sequence (causal focal modulation,
 our design) and char_lstm (LEAF's LSTM); PEFT modules (adapters, FedDAT's dual-adapter teacher, LoRA, prompts) live in
-`fedhet.models.peft`.
+`fedhet.models.peft`. Each model's module registers it; the registry imports them when a name is first looked
+up (fedhet.plugins), so importing this package loads no network's code.
 """
 
-from fedhet.models import (  # noqa: F401  (registration)
-    char_lstm,
-    digits_cnn,
-    efficientnet,
-    focal_sequence,
-    focalnet,
-    hf_vilt,
-    minilm_vl,
-    mlp,
-    resnet,
-    small_cnn,
-    vit,
-    vl_transformer,
-)
 from fedhet.models.base import MODELS, SplitModel, build_model, list_models, model_args, register_model
 from fedhet.models.complexity import count_params, count_params_and_macs
 from fedhet.models.param_partition import ParamPartition, split_parameters

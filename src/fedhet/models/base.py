@@ -25,7 +25,7 @@ NORM_TYPES: tuple[type[nn.Module], ...] = (  # the normalisation layers (FedBN's
 )
 
 ModelFactory = Callable[..., "SplitModel"]
-MODELS: Registry[ModelFactory] = Registry("model")
+MODELS: Registry[ModelFactory] = Registry("model", "fedhet.models")  # its modules register the built-ins
 
 
 class SplitModel(nn.Module):

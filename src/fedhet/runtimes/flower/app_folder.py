@@ -65,12 +65,12 @@ def write_flower_app(folder: str | Path, config: dict[str, Any], run_dir: str | 
     the App and a relative path is refused (app_checks.py). `node_data`: each SuperNode reads only its own site's
     data (local_data.py). `per_run_dir`: each `flwr run` writes `run_dir/run-<Flower run id>` (so the App can be
     run again); False: `run_dir` itself (`fedhet flower deploy`, which runs the App once)."""
-    from fedhet import __version__
     from fedhet.config import load_config
     from fedhet.runtimes.flower.app import FlowerSettings
     from fedhet.runtimes.flower.app_checks import check_paths, copy_plugins
     from fedhet.runtimes.flower.local_data import client_names
     from fedhet.runtimes.flower.run_config import encode
+    from fedhet.version import __version__
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
