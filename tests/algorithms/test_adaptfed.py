@@ -23,6 +23,16 @@ def setup(*extra: str):
     return exp, alg, alg.init_server()
 
 
+def test_shared_keys_has_no_side_effects() -> None:
+    """The partition into P and xi is made once, when the method is built; asking for the shared keys of another
+    model (with local_head, a different P) changes nothing on the method."""
+    exp, alg, _ = setup("method_args.local_head=true")
+    before = {k: id(v) for k, v in vars(alg).items()}
+    other = alg.parts.new()
+    assert alg.shared_keys(other) == alg.parts.shared
+    assert {k: id(v) for k, v in vars(alg).items()} == before
+
+
 def test_each_client_gets_its_own_P_and_the_same_xi() -> None:
     exp, alg, server = setup()
     p = alg.partition.p
@@ -89,6 +99,8 @@ def test_plus_fedper_keeps_the_head_on_the_client() -> None:
 def test_task_aware_descriptor_is_sent_and_conditions_the_generator() -> None:
     import numpy as np
 
+    from fedhet.algorithms.adaptfed import TaskDescriptor
+    from fedhet.algorithms.base import spec_of
     from fedhet.data.show import split_labels
     from fedhet.engine.local import fit_client
 
@@ -98,12 +110,14 @@ def test_task_aware_descriptor_is_sent_and_conditions_the_generator() -> None:
     before = alg.broadcast(server, info, 1).arrays
     reply, _ = fit_client(alg, alg.broadcast(server, info, 0), alg.init_client(0), exp.context(0, 1))
     counts = np.bincount(split_labels(exp.data.clients[0].train), minlength=exp.data.num_classes)
-    assert torch.allclose(reply.arrays["descriptor"], torch.tensor(counts / counts.sum(), dtype=torch.float32))
+    sent = TaskDescriptor.of(reply).frequencies
+    assert torch.allclose(sent, torch.tensor(counts / counts.sum(), dtype=torch.float32))
+    assert spec_of(reply.arrays) == alg.reply_layout(alg.broadcast(server, info, 0))  # declared: Flower checks it
     new = alg.aggregate(server, [Reply(0, reply, 10)], info)
     table = alg.hypernet(new).get_buffer("descriptors")
-    assert torch.equal(table[0], reply.arrays["descriptor"]) and not table[1].any()  # only the sender's row
+    assert torch.equal(table[0], sent) and not table[1].any()  # only the sender's row
     hnet = alg.hypernet(new)  # client 1's P changes when only its descriptor does (z_1 and phi fixed)
-    table[1] = reply.arrays["descriptor"]
+    table[1] = sent
     hnet.set_descriptors(table)
     assert any(not torch.equal(hnet(1)[k], alg.hypernet(new)(1)[k]) for k in alg.partition.p)
     assert set(before) == set(alg.broadcast(new, info, 1).arrays)  # the descriptor never goes down

@@ -14,7 +14,8 @@ import torch
 
 pytest.importorskip("timm")
 
-from fedhet.algorithms.adaptfed import AdaptFEDParams, warn_heads  # noqa: E402
+from fedhet.algorithms.adaptfed import warn_heads  # noqa: E402
+from fedhet.algorithms.adaptfed_params import AdaptFEDParams  # noqa: E402
 from fedhet.config import load_config  # noqa: E402
 from fedhet.core.messages import Message, Reply  # noqa: E402
 from fedhet.engine.experiment import build_experiment  # noqa: E402

@@ -28,72 +28,52 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from fedhet.algorithms.base import Algorithm, Capabilities
+from fedhet.algorithms.adaptfed_params import AdaptFEDParams
+from fedhet.algorithms.base import Algorithm, ArraySpec, Capabilities, spec_of
 from fedhet.algorithms.peft_fl import seed_of
 from fedhet.algorithms.registry import register
 from fedhet.config import ServerConfig, TrainConfig
 from fedhet.core.aggregation import average, client_weights
 from fedhet.core.contract import ClientContext, ClientState, FitStats, NovelModel, RoundInfo, ServerState, Work
 from fedhet.core.messages import Message, Reply
-from fedhet.core.params import StateDict
+from fedhet.core.params import StateDict, state_of
 from fedhet.data.show import split_labels
-from fedhet.errors import ConfigError, unknown_choice
+from fedhet.errors import ConfigError
 from fedhet.models import SplitModel
 from fedhet.models.hypernet import HyperNetwork
-from fedhet.models.hypernet_update import ClientUpdate, HyperNetworkUpdater, HyperUpdateConfig
+from fedhet.models.hypernet_update import ClientUpdate, HyperNetworkUpdater
 from fedhet.models.param_partition import ParamPartition, split_parameters
 from fedhet.models.peft.lora import LoraSplit, lora_on_parameters
 
-GENERATORS = ("hypernet", "local")
-DESCRIPTORS = ("none", "label_histogram")
 log = logging.getLogger(__name__)
 HEADS_WARN = 100_000_000  # warn above this many parameters in the hypernetwork's full-rank heads
-DESCRIPTOR_KEY = "descriptor"  # the reply's array with the client's task descriptor s_i (task-aware embeddings)
 
 
-@dataclass
-class AdaptFEDParams:
-    """personalize: which parameters are P (param_partition selectors, or "all"); generator: "hypernet" (AdaptFED)
-    | "local" (Vanilla-T); the hypernetwork's size (embedding_dim, hidden_dim, n_hidden, rank); update: its VJP
-    step (`HyperUpdateConfig`: lr, momentum, weight_decay, sign, weighting, weight_embedding, aggregation,
-    embedding_update, max_grad_norm; e.g. method_args.update.sign=paper); descriptor: "label_histogram" = the
-    task-aware embeddings (ours, spec §2.6): z_i is joined by g_psi(s_i), s_i the client's training label
-    frequencies, sent in its replies; lora_rank: P = rank-r LoRA factors on the personalized layers, their
-    weights frozen and never sent (ours, module docstring); local_head: "+FedPER" (Sec. 4.3.1, Table 7): the
-    classification head stays on each client, out of xi; init_from_model: generated P starts near the model's
-    initial P."""
+@dataclass(frozen=True)
+class TaskDescriptor:
+    """s_i of the task-aware variant, as a client's reply carries it: its training label frequencies. On the wire it
+    is one more array of the reply (a `Message` maps 1:1 onto Flower's records), under a name no state-dict key
+    has, declared by `AdaptFED.reply_layout` (a reply without it is rejected)."""
 
-    personalize: list[str] = field(default_factory=lambda: ["focal_modulation"])
-    generator: str = "hypernet"
-    embedding_dim: int = 32
-    hidden_dim: int = 100
-    n_hidden: int = 1
-    rank: int | None = None
-    lora_rank: int | None = None
-    local_head: bool = False
-    descriptor: str = "none"
-    init_from_model: bool = True
-    update: HyperUpdateConfig = field(default_factory=HyperUpdateConfig)
+    frequencies: torch.Tensor
+    wire_name: ClassVar[str] = "@task_descriptor"
 
-    def validate(self) -> None:
-        if self.generator not in GENERATORS:
-            raise unknown_choice("adaptfed generator", self.generator, GENERATORS)
-        if self.descriptor not in DESCRIPTORS:
-            raise unknown_choice("adaptfed descriptor", self.descriptor, DESCRIPTORS)
-        if self.descriptor != "none" and self.generator == "local":
-            raise ConfigError("adaptfed: a task descriptor conditions the hypernetwork; generator=local has none")
-        if self.lora_rank is not None:
-            if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1:
-                raise ConfigError(f"adaptfed: lora_rank must be an integer >= 1, got {self.lora_rank!r}")
-            if self.rank is not None:
-                raise ConfigError("adaptfed: choose one low-rank variant: rank factors the generated P (sent in "
-                                  "full), lora_rank makes P LoRA factors (only they are sent); unset the other")
+    def add_to(self, reply: Message) -> None:
+        reply.arrays[self.wire_name] = self.frequencies
+
+    @classmethod
+    def of(cls, reply: Message) -> TaskDescriptor:
+        return cls(reply.arrays[cls.wire_name])
+
+    @classmethod
+    def layout(cls, num_classes: int) -> dict[str, ArraySpec]:
+        return {cls.wire_name: ((num_classes,), torch.float32)}
 
 
 @dataclass(kw_only=True)
@@ -129,6 +109,7 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
         self.lora: LoraSplit | None = None
         build = model_fn if params.lora_rank is None else (lambda: self.with_lora(model_fn(), params))
         super().__init__(params, build, train, server, num_classes, device, num_clients)
+        self.partition = self.personal_split(self.parts.template)
 
     def with_lora(self, model: SplitModel, params: AdaptFEDParams) -> SplitModel:
         """`model` with LoRA factors on the layers owning P (drawn from a seed of its initial weights)."""
@@ -139,20 +120,23 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
             self.lora = lora_on_parameters(model, personalized, params.lora_rank)
         return model
 
+    def personal_split(self, model: nn.Module) -> ParamPartition:
+        """P (the LoRA factors with lora_rank, else `personalize`'s parameters) and xi of `model`."""
+        return partition_of(model, list(self.lora.factors) if self.lora else list(self.params.personalize))
+
     def shared_keys(self, model: nn.Module) -> set[str]:
         """Everything travels both ways (xi-bar and the generated P_i down, the trained xi and P_i up); with
         generator=local, P stays on the client, and with local_head the head; with lora_rank, P is the LoRA
         factors and the frozen weights under them never travel."""
-        # the partition is needed here already: the base class splits the model by these keys
-        self.partition = partition_of(model, list(self.lora.factors) if self.lora else list(self.params.personalize))
+        personal = set(self.personal_split(model).p)
         keys = set(model.state_dict()) - set(self.lora.frozen if self.lora else ())
         if self.params.local_head:  # +FedPER: the head is the client's own
             head = {k for k in keys if k.startswith("head.")}
-            if head & set(self.partition.p):
+            if head & personal:
                 raise ConfigError("adaptfed: local_head keeps the classification head on each client, so the "
                                   "hypernetwork cannot generate it; personalize parameters outside the head")
             keys -= head
-        return keys - set(self.partition.p) if self.params.generator == "local" else keys
+        return keys - personal if self.params.generator == "local" else keys
 
     # ------------------------------------------------------------------ the hypernetwork
     def new_hypernet(self) -> HyperNetwork:
@@ -177,7 +161,7 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
         """The trained xi and P_i; with the task-aware variant also s_i, the client's label frequencies."""
         reply, new_state = super().finish(work, state, stats)
         if self.params.descriptor == "label_histogram":
-            reply.arrays[DESCRIPTOR_KEY] = self.descriptor(work.ctx)
+            TaskDescriptor(self.descriptor(work.ctx)).add_to(reply)
         if self.lora:  # frozen weights are the initial ones on every client: not kept per client
             frozen = set(self.lora.frozen)
             new_state = dataclasses.replace(new_state, local={k: v for k, v in new_state.local.items()
@@ -189,6 +173,11 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
         counts = np.bincount(split_labels(ctx.data.train), minlength=self.num_classes)
         return torch.as_tensor(counts / max(counts.sum(), 1), dtype=torch.float32)
 
+    def reply_layout(self, broadcast: Message) -> dict[str, ArraySpec]:
+        """The arrays received (xi-bar and P_i), and s_i with the task-aware variant."""
+        task = TaskDescriptor.layout(self.num_classes) if self.params.descriptor != "none" else {}
+        return {**spec_of(broadcast.arrays), **task}
+
     # ------------------------------------------------------------------ server side
     def init_server(self) -> HyperServerState:
         """xi-bar = the initial xi; phi and z drawn from the run's server seed."""
@@ -199,7 +188,7 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
         warn_heads(self.partition, self.params)
         hnet = self.new_hypernet()
         hopt = HyperNetworkUpdater(hnet, self.params.update).state_dict()
-        return HyperServerState(model=shared, hnet=_clone(hnet.state_dict()), hopt=hopt)
+        return HyperServerState(model=shared, hnet=state_of(hnet), hopt=hopt)
 
     def broadcast(self, server: HyperServerState, info: RoundInfo, client_id: int) -> Message:
         """xi-bar and client `client_id`'s P_i = h(phi; z_i)."""
@@ -243,7 +232,7 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
         if self.params.descriptor != "none":  # s_i as last reported (before the step: P_i was generated with it)
             table = hnet.get_buffer("descriptors").clone()
             for r in replies:
-                table[r.client_id] = r.message.arrays[DESCRIPTOR_KEY].float().cpu()
+                table[r.client_id] = TaskDescriptor.of(r.message).frequencies.float().cpu()
             hnet.set_descriptors(table)
         update = self.params.update  # its lr scaled to this run's rounds (hypernet_update.scaled_lr)
         updater = HyperNetworkUpdater(hnet, dataclasses.replace(update, lr=update.lr_for(info.rounds)))
@@ -253,7 +242,7 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
         updater.step([ClientUpdate.from_params(r.client_id, r.num_examples, sent[r.client_id],
                                                {k: r.message.arrays[k].detach().cpu() for k in self.partition.p})
                       for r in replies])
-        return dataclasses.replace(server, model=model, opt=opt, hnet=_clone(hnet.state_dict()),
+        return dataclasses.replace(server, model=model, opt=opt, hnet=state_of(hnet),
                                    hopt=_clone_tree(updater.state_dict()))
 
 
@@ -283,10 +272,6 @@ class GeneratedModel(nn.Module):
     def export_state_dict(self) -> dict[str, torch.Tensor]:
         """xi-bar with P = h(phi; z_new): the weights it predicts with, as the plain model's (`fedhet export`)."""
         return {**self.model.state_dict(), **self.hnet.generate_from_embedding(self.z, self.descriptor)}
-
-
-def _clone(state: StateDict) -> StateDict:
-    return {k: v.detach().clone() for k, v in state.items()}
 
 
 def _clone_tree(value: Any) -> Any:
