@@ -37,7 +37,8 @@ class Block:
 
     @property
     def name(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
+        page = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page.name
+        return f"{page}:{self.line}"
 
     @property
     def filename(self) -> str | None:

@@ -1,8 +1,10 @@
 """Every code block of README.md and docs/*.md runs as written (doc_blocks.py: how blocks are found and marked).
 
-- python blocks run in page order in one namespace, in a fresh folder per page (so `configs/quickstart.yaml`
-  is the example shipped with fedhet); `<!-- doc-test: skip (reason) -->` blocks are listed as skipped with
-  their reason, `slow` ones run with `pytest -m slow`;
+- python blocks run in page order, each in a namespace of its own (a block imports what it uses: nothing
+  is injected or carried over from the block above; the page's `# name.py` blocks are importable modules),
+  in a fresh folder per page (so `configs/quickstart.yaml` is the example shipped with fedhet);
+  `<!-- doc-test: skip (reason) -->` blocks are listed as skipped with their reason, `slow` ones run with
+  `pytest -m slow`;
 - every `fedhet ...` line of a shell block parses with fedhet's own parser, the config file and overrides it
   names load and validate (not those under runs/, which earlier commands write), and the cheap ones
   (`fedhet methods`, `configs`, `data list`, `sweep --check`) run;
@@ -67,32 +69,46 @@ def _page_folder(page: Path, folder: Path, monkeypatch: pytest.MonkeyPatch) -> N
     for block in blocks(page):
         if block.lang == "python" and block.filename and block.marker != "skip":
             (folder / block.filename).write_text(block.code)
+            monkeypatch.delitem(sys.modules, block.filename[: -len(".py")], raising=False)  # not another run's
     monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(folder))  # `from my_app import server_app` in a later block
 
 
-def _run_python(page: Path, with_slow: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
-    """The page's blocks in one module namespace (a registered module: `@dataclass` looks its module up)."""
-    module = types.ModuleType(f"doc_block_{page.stem}")
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    namespace = module.__dict__
+def _run_python(page: Path, with_slow: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page's blocks, each in a fresh module of its own (registered: `@dataclass` looks its module up), so a
+    block runs as a reader who copies it alone would run it."""
     for block in blocks(page):
         if block.lang != "python" or block.marker == "skip" or (block.marker == "slow" and not with_slow):
             continue
+        module = types.ModuleType(f"doc_block_{page.stem}_{block.line}")
+        monkeypatch.setitem(sys.modules, module.__name__, module)
         try:
-            exec(compile(block.code, block.name, "exec"), namespace)  # noqa: S102 - our own documentation
+            exec(compile(block.code, block.name, "exec"), module.__dict__)  # noqa: S102 - our own documentation
         except ModuleNotFoundError as err:
             if err.name not in EXTRAS:
                 raise AssertionError(f"the python block at {block.name} fails: {err}") from err
             pytest.skip(f"{block.name} needs {err.name}, a fedhet extra this environment lacks")
         except Exception as err:
             raise AssertionError(f"the python block at {block.name} fails: {type(err).__name__}: {err}") from err
-    return namespace
 
 
 @pytest.mark.parametrize("page", _pages_with(lambda b: b.lang == "python" and b.marker is None), ids=_ids)
 def test_python_blocks_run(page: Path, tmp_path: Path, monkeypatch, registries) -> None:
     _page_folder(page, tmp_path, monkeypatch)
     _run_python(page, with_slow=False, monkeypatch=monkeypatch)
+
+
+def test_a_block_sees_nothing_of_the_block_above(tmp_path: Path, monkeypatch) -> None:
+    """A block that uses an import of the block above fails (a reader copying it alone would get a NameError);
+    one that imports the page's `# name.py` block runs."""
+    page = tmp_path / "page.md"
+    page.write_text("```python\n# page_module.py\nimport math\n\nTAU = 2 * math.pi\n```\n\n"
+                    "```python\nfrom page_module import TAU\n\nassert TAU > 6\n```\n")
+    _page_folder(page, tmp_path, monkeypatch)
+    _run_python(page, with_slow=False, monkeypatch=monkeypatch)
+    page.write_text(page.read_text() + "\n```python\nprint(math.pi)\n```\n")
+    with pytest.raises(AssertionError, match="page.md:14 fails: NameError: name 'math' is not defined"):
+        _run_python(page, with_slow=False, monkeypatch=monkeypatch)
 
 
 @pytest.mark.slow
