@@ -19,7 +19,7 @@ from fedhet.core.messages import Message
 from fedhet.errors import ConfigError
 from fedhet.models import build_model
 from fedhet.runtimes.batched.optim import SGD
-from fedhet.runtimes.batched.rule import GuardedRead, check_passes, layout_of, snapshot
+from fedhet.runtimes.batched.rule import Guard, GuardedRead, check_passes, layout_of, snapshot
 from fedhet.runtimes.batched.step import Functional, RoutedWork, functional_copies, stage_step
 
 TRAIN = TrainConfig(local_steps=1, batch_size=8, lr=0.1, momentum=0.0)
@@ -80,6 +80,43 @@ def test_inside_the_loss_the_modules_parameters_and_fields_are_the_lanes() -> No
         with pytest.raises(GuardedRead, match="work.note"):
             _ = work.note.anything
     assert work.model is model and work.anchor is lanes[0].work.anchor and not isinstance(work.note, type(None))
+
+
+USES = {"attribute": lambda g: g.tensors, "index": lambda g: g["anchor"], "iteration": lambda g: list(g),
+        "len": len, "in": lambda g: "mu" in g, "add": lambda g: g + 1.0, "radd": lambda g: 1.0 + g,
+        "tensor mul": lambda g: torch.ones(2) * g, "iadd": lambda g: g.__iadd__(1), "neg": lambda g: -g,
+        "bool": bool, "compare": lambda g: g < 1, "equal": lambda g: g == 1, "hash": hash, "call": lambda g: g(),
+        "float": float, "index()": lambda g: range(g), "format": lambda g: f"{g}", "with": lambda g: g.__enter__(),
+        "set attribute": lambda g: setattr(g, "x", 1), "isinstance": lambda g: isinstance(g, dict)}
+
+
+@pytest.mark.parametrize("use", list(USES), ids=list(USES))
+def test_every_use_of_a_guarded_field_refuses_naming_it(use: str) -> None:
+    """Rule 5: a Work field the runtime cannot re-route (here a per-client object) refuses any use, naming the
+    field, instead of failing inside the loss with another error."""
+    guard = Guard("note")
+    with pytest.raises(GuardedRead, match=r"work\.note.*\(rule 5\)"):
+        USES[use](guard)
+    assert "work.note" in repr(guard)
+
+
+def test_tensors_fields_may_be_lists_and_dicts_and_keep_their_structure_per_lane() -> None:
+    """A dict or list of tensors is re-routed like FedProx's tuple: inside the loss it is the lane's, as a dict /
+    list; lanes whose structures or shapes differ are refused (rule 6)."""
+    torch.manual_seed(0)
+    model = tiny_model()
+    works = [AnchorWork(msg=Message(), ctx=None, model=model, anchor=(),  # type: ignore[arg-type]
+                        note={"a": [p.detach() + i for p in model.parameters()]}) for i in range(2)]
+    lanes = [snapshot(w, [loss_pass(model, lambda x, y, w=w: prox_loss(w, x, y), TRAIN)]) for w in works]
+    layout = layout_of("test", lanes)
+    assert layout.tensors == ["note"] and layout.guarded == ["msg"]  # anchor: () on every lane, left as it is
+    routed = RoutedWork(lanes[0].work, layout, functional_copies(lanes[0].work, layout, {}))
+    with routed.bound(dict(lanes[1].states), {"note": lanes[1].tensors["note"]}):
+        assert isinstance(works[0].note, dict) and isinstance(works[0].note["a"], list)
+        assert torch.equal(works[0].note["a"][0], works[1].note["a"][0])
+    works[1].note = {"b": works[1].note["a"]}
+    with pytest.raises(ConfigError, match=r"work.note has different structures or shapes.*\(rule 6\)"):
+        layout_of("test", [lanes[0], snapshot(works[1], lanes[1].passes)])
 
 
 def test_a_loss_reaching_the_original_module_another_way_is_refused() -> None:

@@ -170,6 +170,12 @@ class PassRunner:
         assert reported is not None  # a LossStep has at least one stage
         return reported, finite
 
+    def guarded_step(self, idx: list[int], drawn: dict[int, Batch], tensors: dict[str, Any], dev: torch.device
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`group_step` inside `routed.guarded()` (one dry step: runtime.py's probe)."""
+        with self.routed.guarded():
+            return self.group_step(idx, drawn, tensors, dev)
+
     def _persisted(self, i: int) -> dict[str, dict[str, Any]]:
         """Lane i's states of the optimizers marked `persist`, as torch state_dicts."""
         out = {}

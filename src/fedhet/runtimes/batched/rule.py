@@ -14,8 +14,10 @@ into lane 0's Work (step.py). That is the same computation as each client's own 
 4. each lane's `loss_of` is lane 0's function (same code) closing over the same objects, except its own Work
    and its own copy of the method (`with_hparams`, FedPop's per-client vectors) when the copies share a
    `lane_group`, and none of them a module or tensor (those must be reached through the Work);
-5. the loss reads from the Work only its module and tensor fields, and scalar fields equal on every client:
-   the others (`msg`, `ctx`, per-client objects) are replaced by a guard that refuses any read (`GuardedRead`);
+5. the loss reads from the Work only its module and tensors fields (a tensor, or a tuple / list / dict of
+   them), and scalar fields equal on every client: the others (`msg`, `ctx`, per-client objects, dicts of
+   non-tensors, nested dataclasses) are replaced by a `Guard` that refuses any use (`GuardedRead`): attribute
+   reads, indexing, iteration, len, arithmetic, comparison, truth value, calls, `in`;
 6. every lane's Work and passes have lane 0's shape (field kinds, tensor shapes, pass names, stages, optimizer
    kinds and settings other than lr / momentum / weight decay, trained and frozen parameters);
 7. the loss runs under `torch.func.vmap` and `grad` (no random numbers, no data-dependent Python branches,
@@ -32,6 +34,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map
 
 from fedhet.algorithms.base import Algorithm
 from fedhet.config import TrainConfig
@@ -67,18 +70,48 @@ def refusal(method: str, why: str) -> ConfigError:
 
 
 class GuardedRead(Exception):
-    """The loss read a Work field that differs between clients and is neither a module nor a tensor."""
+    """The loss used a Work field that differs between clients and is neither a module nor tensors."""
+
+
+# every way Python code can use a value; each refuses on a Guard (attribute reads go through __getattribute__)
+_USES = ("bool len iter reversed contains getitem setitem delitem call hash eq ne lt le gt ge neg pos abs invert "
+         "float int index complex round trunc floor ceil str format bytes enter exit fspath setattr delattr "
+         "add sub mul matmul truediv floordiv mod divmod pow lshift rshift and or xor").split()
+_BINARY = _USES[_USES.index("add"):]
 
 
 class Guard:
-    """Stands in for a per-client Work field during the vectorized loss; any attribute read refuses."""
+    """Stands in for a per-client Work field during the vectorized loss (rule 5): any use of it (an attribute
+    read, indexing, iteration, len, arithmetic, comparison, truth value, a call, `in`, ...) refuses."""
 
     def __init__(self, name: str) -> None:
         object.__setattr__(self, "_name", name)
 
-    def __getattr__(self, attr: str) -> Any:
-        raise GuardedRead(f"its loss reads work.{object.__getattribute__(self, '_name')}.{attr}, which is not a "
-                          "module, tensor or common scalar field of the Work (rule 5)")
+    def __getattribute__(self, attr: str) -> Any:
+        raise GuardedRead(_guard_message(self, f"reads work.{object.__getattribute__(self, '_name')}.{attr}"))
+
+    def __repr__(self) -> str:
+        return f"<guard of work.{object.__getattribute__(self, '_name')}>"
+
+
+def _guard_message(guard: Guard, use: str) -> str:
+    name = object.__getattribute__(guard, "_name")
+    return (f"its loss {use}, and work.{name} is not a module, tensors (a tensor, or a tuple / list / dict of "
+            f"tensors) or a scalar equal on every client, so it cannot be re-routed per client (rule 5)")
+
+
+def _refusing(op: str) -> Any:
+    def use(self: Guard, *_: Any) -> Any:
+        raise GuardedRead(_guard_message(self, f"uses work.{object.__getattribute__(self, '_name')} ({op})"))
+
+    return use
+
+
+for _op in _USES:
+    setattr(Guard, f"__{_op}__", _refusing(_op))
+for _op in _BINARY:
+    setattr(Guard, f"__r{_op}__", _refusing(_op))
+    setattr(Guard, f"__i{_op}__", _refusing(_op))
 
 
 @dataclass
@@ -103,8 +136,22 @@ class Layout:
 
 
 def is_tensors(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) or (isinstance(value, tuple | list) and bool(value)
-                                               and all(isinstance(v, torch.Tensor) for v in value))
+    """A tensor, or a tuple / list / dict (nested) of tensors, with at least one: what the runtime re-routes."""
+    if not isinstance(value, torch.Tensor | tuple | list | dict):
+        return False
+    leaves = tree_leaves(value)
+    return bool(leaves) and all(isinstance(t, torch.Tensor) for t in leaves)
+
+
+def is_constant(value: Any) -> bool:
+    """A scalar or an empty tuple / list / dict: left as it is in the vectorized loss when equal on every lane."""
+    return isinstance(value, SCALARS) or (type(value) in (tuple, list, dict) and not value)
+
+
+def tensors_kind(value: Any) -> str:
+    """The structure and the shapes of a tensors field (rule 6: equal on every lane)."""
+    leaves, spec = tree_flatten(value)
+    return f"tensors {spec} {[tuple(t.shape) for t in leaves]}"
 
 
 def snapshot(work: Work, passes: list[LocalPass]) -> LaneWork:
@@ -116,8 +163,7 @@ def snapshot(work: Work, passes: list[LocalPass]) -> LaneWork:
             named = [*value.named_parameters(), *value.named_buffers()]
             lane.states.update({f"{f.name}:{n}": t.detach().clone() for n, t in named})
         elif is_tensors(value):
-            lane.tensors[f.name] = (value.detach().clone() if isinstance(value, torch.Tensor)
-                                    else tuple(t.detach().clone() for t in value))
+            lane.tensors[f.name] = tree_map(lambda t: t.detach().clone(), value)
     return lane
 
 
@@ -128,7 +174,7 @@ def shape_key(work: Work) -> tuple[tuple[str, str], ...]:
         if isinstance(value, nn.Module):
             return f"module {type(value).__name__}"
         if is_tensors(value):
-            return f"tensors {[tuple(t.shape) for t in (value if isinstance(value, tuple | list) else (value,))]}"
+            return tensors_kind(value)
         return "none" if value is None else "other"
 
     return tuple((f.name, kind(getattr(work, f.name))) for f in dataclasses.fields(work))
@@ -146,13 +192,13 @@ def layout_of(method: str, lanes: list[LaneWork]) -> Layout:
                 raise refusal(method, f"work.{f.name} is a module for some clients only (rule 6)")
             out.modules.append(f.name)
         elif is_tensors(first):
-            shapes = {tuple(tuple(t.shape) for t in (v if isinstance(v, tuple | list) else (v,))) for v in values}
-            if len(shapes) > 1 or not all(is_tensors(v) for v in values):
-                raise refusal(method, f"work.{f.name} has different shapes on different clients (rule 6)")
+            if not all(is_tensors(v) for v in values) or len({tensors_kind(v) for v in values}) > 1:
+                raise refusal(method, f"work.{f.name} has different structures or shapes on different clients "
+                              "(rule 6)")
             out.tensors.append(f.name)
         elif any(isinstance(v, nn.Module) or is_tensors(v) for v in values):
             raise refusal(method, f"work.{f.name} is a module or tensor for some clients only (rule 6)")
-        elif not all(isinstance(v, SCALARS) and v == first for v in values):
+        elif not all(is_constant(v) for v in values) or any(v != first for v in values):
             out.guarded.append(f.name)
     for name in out.modules:
         module: nn.Module = getattr(work0, name)

@@ -20,16 +20,18 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import torch
+from torch.utils._pytree import tree_map
 from torch.utils.data import Dataset
 
 from fedhet.algorithms.base import Algorithm
-from fedhet.core.contract import FitStats, LocalPass
+from fedhet.core.contract import FitStats, LocalPass, LossStep
 from fedhet.core.messages import Message, Reply
+from fedhet.core.params import frozen
 from fedhet.core.seeding import client_stream
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.finite import DIVERGED_ADVICE
 from fedhet.engine.local import add_check
-from fedhet.errors import TrainingDivergedError
+from fedhet.errors import FedhetError, TrainingDivergedError
 from fedhet.runtimes.batched.accumulate import AccumulatingRunner, can_accumulate, micro_rows
 from fedhet.runtimes.batched.data import BatchStream, ClientRng
 from fedhet.runtimes.batched.lanes import PassRunner
@@ -84,23 +86,43 @@ class BatchedClients(InProcessClients):
             for k in range(len(lane.passes)):
                 runner = self._runner([lane], k, layout, [{}], state)
                 tensors = {k: _stack([v]) for k, v in lane.tensors.items()}
-                with runner.routed.guarded():
-                    self._guarded(runner.group_step, [0], {0: (x[0], y[0])}, tensors, self.exp.device)
+                self._guarded(lane, runner.guarded_step, [0], {0: (x[0], y[0])}, tensors, self.exp.device)
         finally:
             ClientRng._restore(outer)
         return len(layout.modules)
 
-    def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a vectorized step; a guarded read or a torch.func limitation becomes the method's refusal."""
+    def _guarded(self, lane: LaneWork, fn: Callable[..., T], *args: Any) -> T:
+        """Run a vectorized step of lanes whose lane 0 is `lane`. A guarded read (rule 5) or a torch.func
+        limitation becomes the method's refusal, and so does any other exception when lane 0's losses run
+        in-process (rule 7: it is the vectorization that fails); else the loss itself fails and the error is its."""
         try:
             return fn(*args)
         except GuardedRead as e:
             raise refusal(self.alg.name, str(e)) from e
-        except RuntimeError as e:
-            if "vmap" not in str(e) and "functorch" not in str(e):
+        except FedhetError:
+            raise
+        except Exception as e:
+            text = str(e)
+            if "vmap" not in text and "functorch" not in text and not self._runs_in_process(lane):
                 raise
-            raise refusal(self.alg.name, f"its loss does not run under torch.func.vmap ({str(e).splitlines()[0]}) "
-                          "(rule 7)") from e
+            raise refusal(self.alg.name, f"its loss does not run under torch.func.vmap ({type(e).__name__}: "
+                          f"{(text.splitlines() or [''])[0]}), though it runs in-process (rule 7)") from e
+
+    def _runs_in_process(self, lane: LaneWork) -> bool:
+        """Whether every stage's loss of `lane`'s passes runs as the in-process runtime calls it (on zeros)."""
+        x = torch.zeros((2, *self.exp.data.input_shape), device=self.exp.device)
+        y = torch.zeros(2, dtype=torch.long, device=self.exp.device)
+        try:
+            for local_pass in lane.passes:
+                assert isinstance(local_pass.step, LossStep)  # rule 1 was checked
+                for module in local_pass.modules:
+                    module.train()
+                with frozen(local_pass.frozen):
+                    for loss_of, _ in local_pass.step.stages:
+                        loss_of(x, y)
+        except Exception:  # noqa: BLE001 - any failure: the loss does not run in-process either
+            return False
+        return True
 
     def _chunk_size(self, batch_size: int) -> int:
         """Clients per chunk from `run.batched_memory_mb` / `run.batched_max_clients` (memory.py): a lane per
@@ -206,7 +228,7 @@ class BatchedClients(InProcessClients):
             runner = self._runner(lanes, k, layout, [job.state.optim for job in jobs], state, rows)
             streams = [BatchStream(rng, _data_of(lane.passes[k], lane.work.ctx.data.train), lane.passes[k].train)
                        for rng, lane in zip(rngs, lanes, strict=True)]
-            result = self._guarded(runner.run, streams, tensors)
+            result = self._guarded(lanes[0], runner.run, streams, tensors)
             for i, done in enumerate(result.stats):
                 optim[i].update(result.optim[i])
                 stats[i].passes[local_pass.name] = done
@@ -237,10 +259,8 @@ class BatchedClients(InProcessClients):
 
 
 def _stack(values: list[Any]) -> Any:
-    """Stack lanes' tensors (or tuples of tensors) along a new leading dimension."""
-    if isinstance(values[0], torch.Tensor):
-        return torch.stack(values)
-    return tuple(torch.stack([v[j] for v in values]) for j in range(len(values[0])))
+    """Stack lanes' tensors (or tuples / lists / dicts of tensors) along a new leading dimension."""
+    return tree_map(lambda *lanes: torch.stack(lanes), values[0], *values[1:])
 
 
 def _data_of(local_pass: LocalPass, default: Dataset[Any]) -> Dataset[Any]:
