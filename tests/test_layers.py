@@ -6,9 +6,9 @@ no cycle between units.
 
 The foundation units sit at the lowest tier their imports allow (derived from the code):
     errors, atomic, cache, version, method_catalog   import nothing of fedhet (method_catalog reads source text)
-    yaml_input, plugins, outpaths, losses            errors
-    registry, config                                 plugins (registry: built-ins imported on first use; config:
-                                                     a config's `imports:`), yaml_input
+    yaml_input, outpaths, losses, registry           errors
+    plugins                                          registry (a plug-in meets the built-ins right after it loads)
+    config                                           plugins (a config's `imports:`), yaml_input
     data, report                                     config, registry, outpaths, atomic
     models, dataset_catalog                          data (the LDM's image pool; the catalog renders the
                                                      registry), losses (descent steps), registry
@@ -29,8 +29,9 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "fedhet"
 TIERS: list[tuple[str, ...]] = [
     ("errors", "atomic", "cache", "version", "method_catalog"),
-    ("yaml_input", "plugins", "outpaths", "losses"),
-    ("registry", "config"),
+    ("yaml_input", "outpaths", "losses", "registry"),
+    ("plugins",),
+    ("config",),
     ("data", "report"),
     ("models", "dataset_catalog"),
     ("core",),

@@ -1,6 +1,7 @@
 """One discovery mechanism for methods, models and datasets: a `Registry` names the package whose modules
-register its built-ins, and `fedhet.plugins` imports them (every module, sub-packages aside) on the first
-registration or look-up; importing the package itself loads none of them."""
+register its built-ins and imports them (every module, sub-packages aside) on the first look-up; importing the
+package loads none of them; a user's plug-ins (`imports:`, `fedhet.plugins`) meet the built-ins right after they
+register, so one that takes a built-in's name fails naming itself."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from fedhet import registry as registry_module
+from fedhet.errors import ConfigError
+from fedhet.plugins import import_plugins
 
 PROBE = textwrap.dedent("""
     import json, sys
@@ -23,18 +29,22 @@ PROBE = textwrap.dedent("""
 """)
 
 
-def zoo(root: Path, name: str) -> None:
-    """A package `name` whose modules register animals into its registry; a sub-package that must not load."""
+def zoo(root: Path, name: str, init: str = "") -> None:
+    """A package `name` whose modules register animals into its registry (`init` ends its __init__); a
+    sub-package that must not load."""
     (root / name / "inner").mkdir(parents=True)
-    (root / name / "__init__.py").write_text(f"from fedhet.registry import Registry\nZOO = Registry('a', '{name}')\n")
+    (root / name / "__init__.py").write_text(f"from fedhet.registry import Registry\nZOO = Registry('a', '{name}')\n"
+                                             + init)
     for animal in ("cat", "dog"):
         (root / name / f"{animal}.py").write_text(f"from {name} import ZOO\nZOO.register('{animal}')('{animal}')\n")
     (root / name / "inner" / "__init__.py").write_text(f"from {name} import ZOO\nZOO.register('never')('never')\n")
 
 
 @pytest.fixture
-def packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(registry_module, "_WITH_BUILTINS", [])  # only the zoo registries
     yield tmp_path
     for name in [m for m in sys.modules if m.startswith("zoo_")]:
         del sys.modules[name]
@@ -51,12 +61,27 @@ def test_the_built_ins_load_on_the_first_look_up_and_not_before(packages: Path, 
     assert f"zoo_{look_up}.inner" not in sys.modules
 
 
-def test_a_plug_in_taking_a_built_in_name_fails_when_it_registers(packages: Path) -> None:
+def test_a_built_in_registering_while_the_package_imports_loads_no_other(packages: Path) -> None:
+    zoo(packages, "zoo_init", init="from zoo_init import cat\n")  # as fedhet.data's protocols import heart_disease
+    registry = importlib.import_module("zoo_init").ZOO
+    assert "zoo_init.dog" not in sys.modules  # (`python -m` of a module of the package would warn otherwise)
+    assert registry.names() == ["cat", "dog"]
+
+
+def test_a_plug_in_meets_the_built_ins_right_after_it_registers(packages: Path) -> None:
+    zoo(packages, "zoo_plug")
+    registry = importlib.import_module("zoo_plug").ZOO
+    (packages / "my_bird.py").write_text("from zoo_plug import ZOO\nZOO.register('bird')(1)\n")
+    import_plugins(["my_bird.py"])
+    assert "zoo_plug.cat" in sys.modules and registry.names() == ["bird", "cat", "dog"]
+
+
+def test_a_plug_in_taking_a_built_in_name_fails_naming_the_plug_in(packages: Path) -> None:
     zoo(packages, "zoo_clash")
-    registry = importlib.import_module("zoo_clash").ZOO
-    with pytest.raises(ValueError, match="a 'cat' registered twice"):
-        registry.register("cat")("a plug-in's cat")  # before any look-up: the built-ins come first
-    assert registry.get("cat") == "cat"
+    (packages / "my_cat.py").write_text("from zoo_clash import ZOO\nZOO.register('cat')(2)\n")
+    with pytest.raises(ConfigError, match="imports: importing 'my_cat.py' failed with ValueError: a 'cat' registered "
+                                          "twice"):
+        import_plugins(["my_cat.py"])  # the built-ins were not loaded yet: they come right after it
 
 
 def test_the_contract_loads_neither_data_nor_models_and_no_network_loads_before_a_look_up() -> None:

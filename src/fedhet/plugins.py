@@ -1,14 +1,9 @@
-"""How fedhet finds the code that registers datasets, models and methods: one mechanism for its own modules and
-for a user's.
+"""User plugins: the modules a config lists under `imports`, imported before any name is looked up.
 
-Built-ins: a registry (`fedhet.registry.Registry`) names the package whose modules register its entries
-(`fedhet.data`, `fedhet.models`, `fedhet.algorithms`); `import_builtins` imports every module of it (not its
-sub-packages) the first time a name is registered or looked up, so importing a package stays cheap and a new
-method, model or dataset is one file with its registration line.
-
-User plug-ins: the modules a config lists under `imports`, imported by `import_plugins` before any name is
-looked up. A plugin registers datasets (`fedhet.data.register_dataset`), models (`fedhet.models.register_model`)
-or methods (`fedhet.algorithms.register`) at import time. An entry is either a dotted module name
+A plugin registers datasets (`fedhet.data.register_dataset`), models (`fedhet.models.register_model`) or
+methods (`fedhet.algorithms.register`) at import time, into the registries fedhet's own entries use
+(`fedhet.registry`: built-ins are imported on first use); after each plugin the built-ins of every registry are
+loaded, so a plugin that takes a built-in's name is an error naming it. An entry is either a dotted module name
 (`my_pkg.my_datasets`, imported from `sys.path` with the current directory in front, as `python -m` does) or
 the path of a `.py` file (`./my_datasets.py`; relative paths are relative to the current directory, like
 `data.root`). Each is imported once per process. See docs/data.md "Registering a dataset in code".
@@ -20,7 +15,6 @@ import hashlib
 import importlib
 import importlib.util
 import os
-import pkgutil
 import re
 import sys
 import traceback
@@ -28,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 from fedhet.errors import ConfigError
+from fedhet.registry import load_builtins
 
 _MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -103,10 +98,8 @@ def import_plugins(entries: list[str]) -> list[ModuleType]:
             raise ConfigError(f"imports: entries must be module names or .py paths, got {entry!r}")
         entry = entry.strip()
         modules.append(_import_file(entry) if _is_path(entry) else _import_name(entry))
+        try:
+            load_builtins()  # a plug-in that took a built-in's name: "registered twice", naming the entry
+        except ValueError as err:
+            raise _failed(entry, err) from err
     return modules
-
-
-def import_builtins(package: str) -> list[ModuleType]:
-    """Import every module of fedhet's `package` (sub-packages aside): each registers what it defines."""
-    folders = importlib.import_module(package).__path__
-    return [importlib.import_module(f"{package}.{m.name}") for m in pkgutil.iter_modules(folders) if not m.ispkg]

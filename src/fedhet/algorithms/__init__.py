@@ -1,7 +1,7 @@
 """Federated methods, one module each; every module registers its class with `@register`.
 
-`ALGORITHMS` imports every module of this package when a method is first registered or looked up
-(fedhet.plugins), so a new method is one file with `@register`.
+`ALGORITHMS` imports every module of this package when a method is first looked up
+(fedhet.registry), so a new method is one file with `@register`.
 """
 
 from __future__ import annotations

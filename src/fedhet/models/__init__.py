@@ -7,7 +7,7 @@ x = [images, questions]: vl_transformer (ViLT-shaped, pretrained here), hf_vilt 
 (MiniLM-L6 with image tokens); on token-id windows (dataset shakespeare): focal_sequence (causal focal modulation,
 our design) and char_lstm (LEAF's LSTM); PEFT modules (adapters, FedDAT's dual-adapter teacher, LoRA, prompts) live in
 `fedhet.models.peft`. Each model's module registers it; the registry imports them when a name is first looked
-up (fedhet.plugins), so importing this package loads no network's code.
+up (fedhet.registry), so importing this package loads no network's code.
 """
 
 from fedhet.models.base import MODELS, SplitModel, build_model, list_models, model_args, register_model
