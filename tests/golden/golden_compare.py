@@ -9,7 +9,9 @@ architecture, or a case with `tolerance_reason`): the case's tier (`TIERS`) boun
   the whole global model (a bias near zero has no meaningful relative error of its own);
 and keeps exact: round, client, split, num_examples, the global model's keys, dtypes, shapes, integer tensors.
 
-The tiers come from measurement (docs/golden.md): every case was re-run with an operation-order change (two
+Across machines the `batchnorm` tier is a smoke check only (same ballpark); the check that holds on any x86 machine
+is the float64 tier (golden_f64.py: the `float64` tolerance, on every machine). The tiers come from measurement
+(docs/golden.md): every case was re-run with an operation-order change (two
 torch threads instead of one; float32 instead of float64 accumulation in the server average). Without BatchNorm
 the worst change was 5.2e-8 relative in a loss and 3.1e-9 of the model norm in a tensor; with BatchNorm (batch
 statistics over 16 and 6 images; why it amplifies rounding this much was not investigated) up to 1.1e-1 in a loss
@@ -39,22 +41,28 @@ class Tolerance:
 
 
 TIERS = {"well_conditioned": Tolerance(loss_rel=1e-6, acc_abs=1e-6, tensor_rel=1e-7),
-         "batchnorm": Tolerance(loss_rel=0.25, acc_abs=0.25, tensor_rel=0.05)}
+         "batchnorm": Tolerance(loss_rel=0.25, acc_abs=0.25, tensor_rel=0.05),  # a smoke check, no more
+         # golden_f64.py's cases, on every machine: float64 moved <= 1.1e-12 / 0 / 1.7e-14 across CPU kernels
+         "float64": Tolerance(loss_rel=1e-9, acc_abs=0.0, tensor_rel=1e-9)}
 FLOAT_FIELDS = ("loss", "accuracy", "balanced_accuracy")
 
 
 def mode_of(recorded_machine: dict[str, str], machine: dict[str, str], tolerance_reason: str | None,
-            tier: str) -> tuple[bool, str]:
-    """(exact?, a sentence naming the mode and why) for this machine and case."""
+            tier: str, verified: list[dict[str, str]] | tuple[()] = ()) -> tuple[bool, str]:
+    """(exact?, a sentence naming the mode and why) for this machine and case; `verified`: other machines on which
+    every case of the recording was re-run and found bit for bit (golden.json's `verified_exact_on`)."""
     if tolerance_reason:
         return False, f"tolerance mode (the case declares: {tolerance_reason}; {TIERS[tier].describe(tier)})"
+    if machine in verified:
+        return True, "exact mode (this machine reproduced the whole recording bit for bit: verified_exact_on)"
     keys = sorted(set(recorded_machine) | set(machine))
     changed = [f"{k} {recorded_machine.get(k)} -> {machine.get(k)}" for k in keys
                if recorded_machine.get(k) != machine.get(k)]
     if not changed:
         return True, "exact mode (the machine fingerprint matches the recording: bit for bit)"
+    smoke = "; a smoke check only: the float64 tier (golden_f64.py) is what holds here" if tier == "batchnorm" else ""
     return False, f"tolerance mode (machine differs from the recording: {', '.join(changed)}; " \
-                  f"{TIERS[tier].describe(tier)})"
+                  f"{TIERS[tier].describe(tier)}{smoke})"
 
 
 def _field_ok(field: str, old: Any, new: Any, tol: Tolerance | None) -> bool:

@@ -6,6 +6,9 @@ golden_compare.py (per tier); a failure names the case, the mode, and the first 
 The Flower simulation cases (12-19 s each here, mostly Ray start-up) are marked `slow`: run them with `-m slow`.
 Their numbers equal the in-process `fedbn` and `ditto_sampled` cases' (checked on the recording below), and
 tests/runtimes/test_flower.py asserts Flower == in-process in the default suite.
+
+Off the recording machine the float32 BatchNorm cases are a smoke check only; the float64 tier (golden_f64.py:
+21 cases in float64, golden_f64.json) is compared at 1e-9 on every machine, the check that holds on any x86 CPU.
 """
 
 from __future__ import annotations
@@ -16,23 +19,35 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from golden.golden_cases import BASE, CASES, CASES_BY_NAME, GoldenCase
+from golden import golden_f64
+from golden.golden_cases import BASE, CASES, GoldenCase
 from golden.golden_compare import TIERS, compare, mode_of
 from golden.golden_runs import machine, run_case
 
 from fedhet.algorithms import ALGORITHMS
 
 GOLDEN = Path(__file__).resolve().parent / "golden.json"
+GOLDEN_F64 = GOLDEN.with_name("golden_f64.json")
 RECORD_ALL = "python tests/golden/record.py"
 RECORD = f"{RECORD_ALL} --only"
+FLOAT64_MODE = "float64 tier (on any x86 machine; " + TIERS["float64"].describe("float64") + ")"
+
+
+def _load(path: Path, record: str) -> dict[str, Any]:
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: record it with `{record}` (docs/golden.md)")
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
 
 
 @pytest.fixture(scope="module")
 def golden() -> dict[str, Any]:
-    if not GOLDEN.is_file():
-        pytest.fail(f"{GOLDEN} is missing: record it with `{RECORD_ALL}` (docs/golden.md)")
-    data: dict[str, Any] = json.loads(GOLDEN.read_text())
-    return data
+    return _load(GOLDEN, RECORD_ALL)
+
+
+@pytest.fixture(scope="module")
+def golden64() -> dict[str, Any]:
+    return _load(GOLDEN_F64, f"{RECORD_ALL} --float64")
 
 
 # The methods registered when golden.json was recorded (issue 14): each keeps a case. A method added later is
@@ -48,17 +63,22 @@ def test_every_recorded_method_is_registered_and_has_a_case() -> None:
     assert not missing, f"methods without a golden case in tests/golden/golden_cases.py: {missing}"
 
 
-def test_recording_matches_the_case_definitions(golden: dict[str, Any]) -> None:
+def _check_definitions(data: dict[str, Any], cases: tuple[GoldenCase, ...], record: str) -> None:
     """Each case is recorded, as it is defined now (a changed case needs a new recording)."""
-    assert golden["base"] == list(BASE), f"golden_cases.BASE changed since golden.json was recorded: run `{RECORD_ALL}`"
-    recorded = golden["cases"]
-    missing = [c.name for c in CASES if c.name not in recorded]
-    assert not missing, f"golden cases not recorded: {missing}; run `{RECORD} {' '.join(missing)}`"
-    stale = [c.name for c in CASES if (recorded[c.name]["overrides"], recorded[c.name]["runtime"])
+    assert data["base"] == list(BASE), f"golden_cases.BASE changed since the recording: run `{record}`"
+    recorded = data["cases"]
+    missing = [c.name for c in cases if c.name not in recorded]
+    assert not missing, f"golden cases not recorded: {missing}; run `{record} --only {' '.join(missing)}`"
+    stale = [c.name for c in cases if (recorded[c.name]["overrides"], recorded[c.name]["runtime"])
              != (list(c.overrides), c.runtime)]
-    assert not stale, f"golden cases changed since they were recorded: {stale}; run `{RECORD} {' '.join(stale)}`"
-    extra = sorted(set(recorded) - set(CASES_BY_NAME))
-    assert not extra, f"golden.json holds cases that golden_cases.py no longer defines: {extra}"
+    assert not stale, f"golden cases changed since they were recorded: {stale}; run `{record} --only {' '.join(stale)}`"
+    extra = sorted(set(recorded) - {c.name for c in cases})
+    assert not extra, f"the recording holds cases that are no longer defined: {extra}"
+
+
+def test_recording_matches_the_case_definitions(golden: dict[str, Any], golden64: dict[str, Any]) -> None:
+    _check_definitions(golden, CASES, RECORD_ALL)
+    _check_definitions(golden64, golden_f64.CASES, f"{RECORD_ALL} --float64")
 
 
 def test_flower_recordings_equal_inprocess(golden: dict[str, Any]) -> None:
@@ -101,6 +121,8 @@ def test_compare_reports_the_first_difference() -> None:
     exact, why = mode_of({"torch": "1"}, {"torch": "2"}, None, "batchnorm")
     assert not exact and "torch 1 -> 2" in why and "tier batchnorm" in why
     assert not mode_of({"torch": "1"}, {"torch": "1"}, "a reason", "batchnorm")[0]
+    assert mode_of({"torch": "1"}, {"torch": "2"}, None, "batchnorm", [{"torch": "2"}])[0]
+    assert not mode_of({"torch": "1"}, {"torch": "2"}, None, "batchnorm", [{"torch": "3"}])[0]
 
 
 def _param(case: GoldenCase) -> Any:
@@ -113,8 +135,23 @@ def test_case_reproduces_recording(case: GoldenCase, golden: dict[str, Any], tmp
     recorded = golden["cases"].get(case.name)
     if recorded is None:
         pytest.fail(f"golden case {case.name!r} is not recorded; run `{RECORD} {case.name}`")
-    exact, mode = mode_of(golden["machine"], machine(), case.tolerance_reason, case.tier)
+    exact, mode = mode_of(golden["machine"], machine(), case.tolerance_reason, case.tier,
+                          golden.get("verified_exact_on", []))
     new = run_case(case, tmp_path / "run")
     problem = compare(case.name, recorded, new, None if exact else TIERS[case.tier], mode)
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"float64-{c.name}") for c in golden_f64.CASES])
+def test_float64_case_reproduces_recording_on_any_machine(case: GoldenCase, golden64: dict[str, Any],
+                                                           tmp_path: Path) -> None:
+    """The float64 tier: the same comparison on every x86 machine, to 1e-9 (golden_f64.py)."""
+    recorded = golden64["cases"].get(case.name)
+    if recorded is None:
+        pytest.fail(f"float64 case {case.name!r} is not recorded; run `{RECORD_ALL} --float64 --only {case.name}`")
+    with golden_f64.float64_mode():
+        new = run_case(case, tmp_path / "run")
+    problem = compare(case.name, recorded, new, TIERS["float64"], FLOAT64_MODE)
     if problem is not None:
         pytest.fail(problem, pytrace=False)
