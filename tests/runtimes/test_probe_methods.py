@@ -279,3 +279,17 @@ def test_feddyn_and_fednova_written_from_the_docs_batch(method: str) -> None:
 
     exp = build_experiment(load_config(None, [*BASE, f"method={method}", "run.runtime=batched"]))
     assert isinstance(make_executor(exp), BatchedClients)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("private_flower_home")
+@pytest.mark.parametrize("method", ["feddyn", "fednova"])
+def test_feddyn_and_fednova_on_flowers_simulation_engine(tmp_path: Path, method: str) -> None:
+    """On Flower's simulation engine (Ray): the in-process metric rows, exactly (slow: a Ray start per run)."""
+    pytest.importorskip("flwr")
+    from fedhet.runtimes.flower.simulation import run_flower_simulation
+
+    c = load_config(None, [*BASE, f"method={method}"])
+    run_experiment(c, tmp_path / "inprocess", progress=False)
+    run_flower_simulation(c, tmp_path / "sim", num_cpus=2)
+    assert rows(tmp_path / "sim") == rows(tmp_path / "inprocess")

@@ -21,7 +21,8 @@ into lane 0's Work (step.py). That is the same computation as each client's own 
 6. every lane's Work and passes have lane 0's shape (field kinds, tensor shapes, pass names, stages, optimizer
    kinds and settings other than lr / momentum / weight decay, trained and frozen parameters);
 7. the loss runs under `torch.func.vmap` and `grad` (no random numbers, no data-dependent Python branches,
-   no `.item()`): runtime.py turns such a failure into a refusal.
+   no `.item()`): runtime.py turns such a failure into a refusal, and any other exception of the vectorized
+   loss too when lane 0's loss runs in-process (else it is the loss's own error).
 
 Anything else is refused with one ConfigError naming `run.runtime=inprocess` and the rule that failed.
 """
@@ -36,7 +37,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import Algorithm, AnyAlgorithm
 from fedhet.config import TrainConfig
 from fedhet.core.contract import LocalPass, LossStep, OptimSpec, Work
 from fedhet.errors import ConfigError
@@ -47,7 +48,7 @@ LANED_TRAIN = ("lr", "momentum", "weight_decay", "local_epochs", "local_steps", 
 SERVER_SIDE = ("server_cfg", "server_opt")  # read by aggregation only, never by a client's fit
 
 
-def lane_group(alg: Algorithm[Any, Any, Any, Any]) -> tuple[Any, ...]:
+def lane_group(alg: AnyAlgorithm) -> tuple[Any, ...]:
     """Copies of one method (`with_hparams`) whose clients may be lanes of one vectorized step share this key:
     the same objects built in `__init__` and the same settings, except the ones the runtime lanes (the local
     optimizer's lr / momentum / weight decay, the step count and batch size: `LANED_TRAIN`; the method's
@@ -117,7 +118,8 @@ for _op in _BINARY:
 @dataclass
 class LaneWork:
     """One sampled client's fit as the runtime holds it: the Work, its passes, and right after `start` the state of
-    every module field (`"field:name"` -> tensor) and the tensor fields (field -> tensor or tuple of tensors)."""
+    every module field (`"field:name"` -> tensor) and the tensors fields (field -> a tensor, or a tuple / list /
+    dict of tensors)."""
 
     work: Work
     passes: list[LocalPass]
