@@ -25,7 +25,9 @@ PROBE = textwrap.dedent("""
     contract = sorted(m for m in sys.modules if m.startswith("fedhet"))
     import fedhet.models
     networks = [m for m in sys.modules if m.startswith("fedhet.models.") and m != "fedhet.models.base"]
-    print(json.dumps({"contract": contract, "networks": networks}))
+    from fedhet.engine.safe_load import safe_types
+    states = [t.__name__ for t in safe_types()]
+    print(json.dumps({"contract": contract, "networks": networks, "states": states}))
 """)
 
 
@@ -84,9 +86,12 @@ def test_a_plug_in_taking_a_built_in_name_fails_naming_the_plug_in(packages: Pat
         import_plugins(["my_cat.py"])  # the built-ins were not loaded yet: they come right after it
 
 
-def test_the_contract_loads_neither_data_nor_models_and_no_network_loads_before_a_look_up() -> None:
+def test_the_contract_loads_neither_data_nor_models_no_network_loads_before_a_look_up_and_states_are_known() -> None:
+    """In a fresh process: what importing loads, and the methods' state classes a checkpoint may hold are known to
+    the safe loader before any method was looked up."""
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
     facts = json.loads(done.stdout)
     heavy = [m for m in facts["contract"] if m.startswith(("fedhet.data", "fedhet.models"))]
     assert not heavy and len(facts["contract"]) <= 16, facts["contract"]
     assert set(facts["networks"]) <= {"fedhet.models.complexity", "fedhet.models.param_partition"}, facts["networks"]
+    assert {"DittoState", "ScaffoldServerState", "MMDDKernelState"} <= set(facts["states"])

@@ -24,7 +24,7 @@ from typing import IO, Any
 
 import torch
 
-import fedhet.algorithms  # noqa: F401 - every built-in method's state classes exist before the walk
+from fedhet.algorithms.registry import ALGORITHMS
 from fedhet.core.contract import ClientState, ServerState
 from fedhet.errors import CheckpointError
 
@@ -69,6 +69,7 @@ def _field_types(cls: type) -> Iterator[type]:
 def safe_types() -> list[type]:
     """Every class `load_trusted` rebuilds beyond torch's own: state classes, the types their fields name, and
     those given to `allow_types`."""
+    ALGORITHMS.load()  # every built-in method's state classes exist before the walk
     todo = [ClientState, ServerState, *_subclasses(ClientState), *_subclasses(ServerState), *_EXTRA]
     seen: dict[type, None] = {}
     while todo:

@@ -29,7 +29,6 @@ _ROLE_NAMES = {"server": "a server (alpha, Agg)", "client": "a client (beta, Loc
 
 def tunable_keys(cfg: ExperimentConfig) -> dict[str, Any]:
     """{dotted key: annotated type} of every checked tunable key: train.*, server.*, method_args.* of cfg.method."""
-    import fedhet.algorithms  # noqa: F401  (registers every method)
     from fedhet.algorithms.registry import ALGORITHMS
 
     sections: tuple[tuple[str, Any], ...] = (("train", TrainConfig), ("server", ServerConfig),
