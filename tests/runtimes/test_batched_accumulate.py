@@ -48,7 +48,9 @@ def fit_both(monkeypatch: pytest.MonkeyPatch, *overrides: str) -> tuple[list[Any
 
 
 @pytest.mark.parametrize("overrides", [["method=fedavg"], ["method=fedprox", "method_args={mu: 0.5}"],
-                                       ["method=fedavg", "train.grad_clip=0.5"]], ids=["fedavg", "fedprox", "clip"])
+                                       ["method=feddyn", "method_args={alpha: 0.5}"],
+                                       ["method=fedavg", "train.grad_clip=0.5"]],
+                         ids=["fedavg", "fedprox", "feddyn", "clip"])
 def test_split_batches_match_inprocess(monkeypatch: pytest.MonkeyPatch, overrides: list[str]) -> None:
     """All six clients (four batch sizes) train as one group of lanes; every reply's weights, loss and step count
     agree with in-process (a batch's gradient is the size-weighted mean of its parts')."""
