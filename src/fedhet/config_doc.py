@@ -82,7 +82,7 @@ def render_value(value: Any) -> str:
     return text.removesuffix("\n...").strip()
 
 
-def default_of(f: dataclasses.Field) -> Any:
+def default_of(f: dataclasses.Field[Any]) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
     if f.default_factory is not dataclasses.MISSING:
@@ -111,7 +111,7 @@ def rows(cls: type, prefix: str, nested: bool = False) -> list[tuple[str, str, s
     skipped (a section of its own) or, with `nested`, listed field by field under its dotted key."""
     comments = field_comments(cls)
     out = []
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
         default = default_of(f)
         if dataclasses.is_dataclass(default):

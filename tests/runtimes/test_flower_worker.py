@@ -192,6 +192,19 @@ def test_a_crafted_client_state_is_refused_and_runs_nothing(tmp_path: Path) -> N
     assert not marker.exists()
 
 
+def test_stored_bytes_that_are_not_a_client_state_are_refused() -> None:
+    """What the loader gives back is checked to be a client state (its type is then known), not passed on."""
+    import io
+
+    from fedhet.errors import FedhetError
+    from fedhet.runtimes.flower.records import state_from_bytes
+
+    buf = io.BytesIO()
+    torch.save({"local": {"w": torch.ones(2)}}, buf)  # tensors only: the safe loader accepts it
+    with pytest.raises(FedhetError, match="holds a dict, not a client state"):
+        state_from_bytes(buf.getvalue())
+
+
 def test_an_idle_unauthenticated_peer_does_not_block_the_client_app(worker_socket: Path) -> None:
     """A local process that connects and says nothing is cut off after the handshake timeout, and the
     ClientApp is served meanwhile; the socket is the worker user's alone."""

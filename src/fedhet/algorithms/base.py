@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 import torch
 from torch import nn
@@ -191,6 +191,10 @@ class Algorithm(Generic[S, C, W, P]):
         `part` (engine/novel.py; AdaptFED: z_new through the hypernetwork); None: the engine's (the deployed
         model, `part` trainable). `trained`: the ids of the clients that took part in training."""
         return None
+
+
+# a method looked up by name at run time (the registry, the engine's experiment): its four types are its own
+AnyAlgorithm = Algorithm[Any, Any, Any, Any]
 
 
 class ModelAlgorithm(Algorithm[ServerState, ClientState, Work, P]):

@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -56,7 +55,7 @@ from fedhet.core.contract import (
     ServerState,
     Work,
 )
-from fedhet.core.messages import Message, Reply
+from fedhet.core.messages import Message, Reply, Scalar
 from fedhet.core.params import StateDict, load_partial, state_of
 from fedhet.data.fda import fda_band, low_band
 from fedhet.data.registry import resolve_spec
@@ -256,7 +255,7 @@ class FedSFDA(Algorithm[FedSFDAServer, FedSFDAState, FedSFDAWork, FedSFDAParams]
         if work.band is not None:
             if work.style_sum is None:
                 raise ConfigError(f"client {work.ctx.client_id} has no images to extract an FDA style from")
-            scalars: dict[str, Any] = {"height": work.size[0], "width": work.size[1], "images": work.images}
+            scalars: dict[str, Scalar] = {"height": work.size[0], "width": work.size[1], "images": work.images}
             return Message(arrays={STYLE: (work.style_sum / work.images).float().cpu()}, scalars=scalars), state
         assert work.teacher is not None
         p, t = self.params, work.ctx.round

@@ -48,7 +48,7 @@ from fedhet.core.contract import (
     ServerState,
     Work,
 )
-from fedhet.core.messages import Message, Reply
+from fedhet.core.messages import Message, Reply, Scalar
 from fedhet.core.params import state_of
 from fedhet.errors import ConfigError, FedhetError
 from fedhet.models.ldm.checkpoint import load_components, resolve_checkpoint
@@ -211,7 +211,7 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork, FedBiPParams]):
             return Message(arrays=work.cached["arrays"], scalars=dict(work.cached["scalars"])), state
         upload = FedBiPUpload(work.noised.float(), work.labels.long(), work.concepts["domain"].detach().float(),
                               work.concepts["classes"].detach().float())
-        scalars: dict[str, Any] = {"steps": stats.steps, "seconds": time.perf_counter() - work.began}
+        scalars: dict[str, Scalar] = {"steps": stats.steps, "seconds": time.perf_counter() - work.began}
         scalars.update(zip(GEOMETRY, work.geometry, strict=True))
         if work.upload_file is not None:
             atomic_torch_save({"arrays": upload.tensors(), "scalars": scalars}, work.upload_file)

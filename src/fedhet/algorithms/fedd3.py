@@ -41,7 +41,7 @@ from fedhet.core.contract import (
     ServerState,
     Work,
 )
-from fedhet.core.messages import Message, Reply
+from fedhet.core.messages import Message, Reply, Scalar
 from fedhet.core.params import state_of
 from fedhet.errors import ConfigError
 
@@ -157,7 +157,7 @@ class FedD3(Algorithm[FedD3Server, ClientState, FedD3Work, FedD3Params]):
     def finish(self, work: FedD3Work, state: ClientState, stats: FitStats) -> tuple[Message, ClientState]:
         """The one upload: the distilled instances and their labels; scalars: the input shape. Nothing kept."""
         dims = list(work.shape) + [0] * (len(SHAPE) - len(work.shape))
-        scalars: dict[str, Any] = {"steps": stats.steps, **dict(zip(SHAPE, dims, strict=True))}
+        scalars: dict[str, Scalar] = {"steps": stats.steps, **dict(zip(SHAPE, dims, strict=True))}
         return Message(arrays={"images": work.support.detach().float().clone(), "labels": work.labels.long()},
                        scalars=scalars), state
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import AnyAlgorithm
 from fedhet.registry import Registry
 
-AlgorithmClass = type[Algorithm[Any, Any, Any, Any]]
+AlgorithmClass = type[AnyAlgorithm]
 ALGORITHMS: Registry[AlgorithmClass] = Registry("method", "fedhet.algorithms")  # its modules register them
 T = TypeVar("T", bound=AlgorithmClass)
 

@@ -56,7 +56,7 @@ class ExperimentConfig:
             section.validate()
 
     def to_dict(self) -> dict[str, Any]:
-        return _to_plain(dataclasses.asdict(self))
+        return {k: _to_plain(v) for k, v in dataclasses.asdict(self).items()}
 
     @property
     def variant(self) -> str:

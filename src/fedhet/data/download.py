@@ -31,7 +31,7 @@ from PIL import Image
 from fedhet.atomic import atomic_write
 from fedhet.errors import DatasetNotFoundError
 
-Sample = tuple  # (domain, class_name, image) or (domain, class_name, image, split)
+Sample = tuple[Any, ...]  # (domain, class_name, image) or (domain, class_name, image, split); image: PIL or array
 
 _IMAGE_COLUMNS = ("image", "img", "picture", "photo")
 _LABEL_COLUMNS = ("label", "labels", "category", "class", "class_name", "target")

@@ -39,7 +39,8 @@ def _window(height: int, width: int, b: int) -> tuple[slice, slice]:
 
 def _spectrum(x: Tensor) -> Tensor:
     """The centred 2-D spectrum of float images ... x H x W."""
-    return torch.fft.fftshift(torch.fft.fft2(x.float()), dim=(-2, -1))
+    out: Tensor = torch.fft.fftshift(torch.fft.fft2(x.float()), dim=(-2, -1))  # torch.fft is untyped
+    return out
 
 
 def low_band(x: Tensor, b: int) -> Tensor:
@@ -71,4 +72,5 @@ def fda_transfer(x: Tensor, style: Tensor, b: int) -> Tensor:
     mixed = torch.polar(amp, phase)
     ch, cw = x.shape[-2] // 2, x.shape[-1] // 2
     mixed[..., ch, cw] = style[..., b, b].to(amp.dtype).expand(amp.shape[:-2]).to(mixed.dtype)
-    return torch.fft.ifft2(torch.fft.ifftshift(mixed, dim=(-2, -1))).real
+    out: Tensor = torch.fft.ifft2(torch.fft.ifftshift(mixed, dim=(-2, -1))).real  # torch.fft is untyped
+    return out

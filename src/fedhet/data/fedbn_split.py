@@ -62,7 +62,7 @@ def interleaved_order(labels: np.ndarray, rng: np.random.Generator) -> np.ndarra
 def fedbn_domain(d: DomainData, name: str, percent: float) -> DomainData:
     """One domain under FedBN's protocol: pooled, 80/20 stratified, train_size(percent) training images."""
     x = d.x_train if d.x_test is None else torch.cat([d.x_train, d.x_test])
-    y = d.y_train if d.y_test is None else torch.cat([d.y_train, d.y_test])  # type: ignore[list-item]
+    y = d.y_train if d.y_test is None else torch.cat([d.y_train, d.y_test])
     labels = y.numpy()
     rng = np.random.default_rng([SPLIT_SEED, zlib.crc32(name.encode())])
     pool, test = P.stratified_split(labels, TEST_FRACTION, rng)

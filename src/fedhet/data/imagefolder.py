@@ -24,7 +24,16 @@ import torch
 from torchvision.transforms import v2
 
 from fedhet.data.files import DataFileError, image_files, is_junk, read_images
-from fedhet.data.registry import DatasetSpec, DomainData, LoadContext, Transform, register_dataset, resolve_domains
+from fedhet.data.registry import (
+    DatasetSpec,
+    DomainData,
+    LoadContext,
+    Loader,
+    Transform,
+    TransformFactory,
+    register_dataset,
+    resolve_domains,
+)
 from fedhet.data.transforms import IMAGENET_MEAN, IMAGENET_STD, AddGaussianNoise
 from fedhet.errors import ConfigError, DatasetNotFoundError, nearest
 
@@ -138,7 +147,7 @@ def scan_root(root: Path, domains: Sequence[str] | None, opts: ImageFolderOption
     return found, scan
 
 
-def _loader(scan: Scan, classes: Sequence[str], channels: int, root: Path):  # noqa: ANN202 - a Loader
+def _loader(scan: Scan, classes: Sequence[str], channels: int, root: Path) -> Loader:
     index = {c: i for i, c in enumerate(classes)}
 
     def read(held: dict[str, list[Path]], size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -194,7 +203,7 @@ def make_transforms(size: int, channels: int, mean: Sequence[float], std: Sequen
     return v2.Compose(steps), eval_t
 
 
-def _transform_factory(opts: ImageFolderOptions):  # noqa: ANN202 - a TransformFactory
+def _transform_factory(opts: ImageFolderOptions) -> TransformFactory:
     def factory(train: IndexedDataset, cfg: DataConfig, size: int) -> tuple[Transform, Transform]:
         c = opts.channels
         mean: Sequence[float]

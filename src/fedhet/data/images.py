@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fedhet.data.download import download_hf_image_folders, need_root
 from fedhet.data.files import missing_dataset, read_image_folder, read_image_npz
-from fedhet.data.registry import DatasetSpec, DomainData, LoadContext, register_dataset
+from fedhet.data.registry import DatasetSpec, DomainData, LoadContext, Loader, register_dataset
 
 PACS_CLASSES = ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person")
 OFFICEHOME_CLASSES = tuple(sorted((
@@ -49,7 +49,7 @@ def _domain_dir(root: Path, folders: tuple[str, ...], domain: str, aliases: tupl
 
 def _folder_loader(dataset: str, folders: tuple[str, ...], classes: tuple[str, ...], source: str,
                    aliases: dict[str, tuple[str, ...]] | None = None, npz_folder: str | None = None,
-                   hub: str | None = None, domains: tuple[str, ...] = ()):
+                   hub: str | None = None, domains: tuple[str, ...] = ()) -> Loader:
     """A loader reading `<root>/<folder>/<domain>/<class>/*` (or `<root>/<npz_folder>/<domain>.npz`).
 
     With a `hub` repository and `data.download: true`, missing domains are fetched from the Hugging Face hub

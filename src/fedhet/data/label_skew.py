@@ -111,7 +111,7 @@ def pachinko_weights(group_of: np.ndarray, num_clients: int, alpha: float, beta:
 def _normalised(w: np.ndarray, ok: np.ndarray) -> np.ndarray:
     """w restricted to `ok` and renormalised (uniform over `ok` when those weights underflow to 0)."""
     w = np.where(ok, w, 0.0)
-    return w / w.sum() if w.sum() > 0 else ok / ok.sum()
+    return np.asarray(w / w.sum() if w.sum() > 0 else ok / ok.sum())
 
 
 def _fill_group(m: int, members: np.ndarray, fine: np.ndarray, avail: np.ndarray, counts: np.ndarray,

@@ -121,7 +121,7 @@ def resolve_spec(cfg: DataConfig) -> DatasetSpec:
     return spec.resolve(spec, opts, cfg) if spec.resolve is not None else spec
 
 
-def options_fields(spec: DatasetSpec) -> list[dataclasses.Field]:
+def options_fields(spec: DatasetSpec) -> list[dataclasses.Field[Any]]:
     """The fields of a spec's options dataclass (empty when it takes none)."""
     return list(dataclasses.fields(spec.options)) if spec.options is not None else []
 

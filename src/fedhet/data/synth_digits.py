@@ -94,7 +94,7 @@ def render_digit(label: int, rng: np.random.Generator, fonts: tuple[Path, ...], 
     bg, fg = _colours(rng)
     img = bg[None, None, :] * (1.0 - m) + fg[None, None, :] * m
     img = img + rng.normal(0.0, rng.uniform(0.0, 6.0), img.shape)
-    return np.clip(np.rint(img), 0, 255).astype(np.uint8)
+    return np.asarray(np.clip(np.rint(img), 0, 255).astype(np.uint8))
 
 
 @functools.lru_cache(maxsize=4)

@@ -61,7 +61,8 @@ class ResizeTo:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if tuple(x.shape[-2:]) == (self.size, self.size):
             return x
-        return v2.functional.resize(x, [self.size, self.size], antialias=True)
+        resized: torch.Tensor = v2.functional.resize(x, [self.size, self.size], antialias=True)  # torchvision: untyped
+        return resized
 
     def __repr__(self) -> str:
         return f"ResizeTo({self.size})"
@@ -73,7 +74,7 @@ def image_transforms(size: int, augment: bool, hflip: bool,
     to_float = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
     eval_t = v2.Compose([ResizeTo(size), *to_float])
     if augment:
-        steps: list[Callable] = [v2.RandomResizedCrop(size, scale=(0.6, 1.0), antialias=True)]
+        steps: list[Transform] = [v2.RandomResizedCrop(size, scale=(0.6, 1.0), antialias=True)]
         if hflip:
             steps.append(v2.RandomHorizontalFlip(p=0.5))
         steps += [v2.ColorJitter(0.3, 0.3, 0.3, 0.3), v2.RandomGrayscale(p=0.1), *to_float]
@@ -94,7 +95,8 @@ class LogL2Normalize:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.log1p(x.float().clamp_min(0))
-        return x * (math.sqrt(x.numel()) / x.norm().clamp_min(1e-8))
+        scale: torch.Tensor = math.sqrt(x.numel()) / x.norm().clamp_min(1e-8)  # torch: float / Tensor is untyped
+        return x * scale
 
     def __repr__(self) -> str:
         return "LogL2Normalize()"

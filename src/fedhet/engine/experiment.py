@@ -10,7 +10,8 @@ from typing import Any
 import torch
 from threadpoolctl import threadpool_limits
 
-from fedhet.algorithms import ALGORITHMS, Algorithm
+from fedhet.algorithms import ALGORITHMS
+from fedhet.algorithms.base import AnyAlgorithm
 from fedhet.config import ExperimentConfig, from_dict
 from fedhet.core.contract import ClientContext, RoundInfo
 from fedhet.core.seeding import seeded
@@ -48,7 +49,7 @@ class Arrangement:
         return [c for c in range(n) if c not in self.novel]
 
 
-def arrange(alg: Algorithm[Any, Any, Any, Any], data: FederatedData, novel: list[int] | None = None) -> Arrangement:
+def arrange(alg: AnyAlgorithm, data: FederatedData, novel: list[int] | None = None) -> Arrangement:
     """The clients as they train: as they are, or pooled for a centralized method (the oracle `all`); `novel`:
     the held-out clients."""
     if not alg.centralized:
@@ -68,7 +69,7 @@ class Experiment:
     config: ExperimentConfig
     data: FederatedData
     device: torch.device
-    algorithm: Algorithm[Any, Any, Any, Any]
+    algorithm: AnyAlgorithm
     model_fn: Callable[[], SplitModel]
     arrangement: Arrangement
 
@@ -105,7 +106,7 @@ def make_model_fn(cfg: ExperimentConfig, data: FederatedData) -> Callable[[], Sp
 
 
 def build_algorithm(cfg: ExperimentConfig, data: FederatedData, device: torch.device,
-                    model_fn: Callable[[], SplitModel]) -> Algorithm[Any, Any, Any, Any]:
+                    model_fn: Callable[[], SplitModel]) -> AnyAlgorithm:
     """Instantiate the configured method with its validated `method_args`."""
     return ALGORITHMS.get(cfg.method)(method_params(cfg), model_fn, cfg.train, cfg.server, data.num_classes, device,
                                       num_clients=len(data.clients))

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import AnyAlgorithm
 from fedhet.config import TrainConfig
 from fedhet.core.contract import ClientContext, ClientState, FitStats, LocalPass, OptimSpec, PassStats, Work, minimize
 from fedhet.core.messages import Message
@@ -29,8 +29,6 @@ from fedhet.engine.evaluation import evaluate
 from fedhet.engine.finite import DIVERGED_ADVICE, check_finite
 from fedhet.losses.classification import cross_entropy
 from fedhet.losses.descent import descend
-
-AnyAlgorithm = Algorithm[Any, Any, Any, Any]
 
 
 class PassOptimizers:

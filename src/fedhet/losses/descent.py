@@ -28,7 +28,7 @@ def descend(optimizer: torch.optim.Optimizer, loss: torch.Tensor, where: str, ad
     edit or a learning-rate change), clip the gradients' norm of `clip`'s parameters to its bound, step."""
     check_finite(loss, where, advice)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()  # type: ignore[no-untyped-call]  # torch's stub leaves Tensor.backward untyped
+    loss.backward()
     if before_step is not None:
         before_step()
     if clip is not None:

@@ -118,7 +118,7 @@ def _ldp_beta(a: np.ndarray, d: np.ndarray) -> np.ndarray:
     r = e_mat @ u - h
     if not np.all(np.isfinite(r)) or abs(r[-1]) < 1e-14:
         raise BetaQPError("beta QP: least-distance program reported infeasible")
-    return l_inv_t @ (-r[:k] / r[-1])
+    return np.asarray(l_inv_t @ (-r[:k] / r[-1]))
 
 
 def _polish(a: np.ndarray, d: np.ndarray, beta: np.ndarray) -> np.ndarray:
@@ -157,7 +157,7 @@ def solve_beta_qp(d: np.ndarray, q: np.ndarray, lambda_m: float = DEFAULT_LAMBDA
     beta = _polish(an, dn, _ldp_beta(an, dn)) / d_scale
     if not np.all(np.isfinite(beta)):
         raise BetaQPError("beta QP: non-finite solution")
-    return beta
+    return np.asarray(beta)
 
 
 def fallback_beta(d: np.ndarray, q: np.ndarray, lambda_m: float = DEFAULT_LAMBDA_M) -> np.ndarray:

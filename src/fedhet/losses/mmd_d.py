@@ -45,7 +45,8 @@ class DeepKernelFeaturizer(nn.Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.net(x)
+        out: Tensor = self.net(x)  # nn.Module calls are untyped in torch
+        return out
 
 
 def mmd_variance(h: Tensor, reg: float = DEFAULT_VARIANCE_REG) -> Tensor:

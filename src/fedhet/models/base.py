@@ -44,7 +44,8 @@ class SplitModel(nn.Module):
         self.num_classes = int(num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x))
+        out: torch.Tensor = self.head(self.features(x))  # nn.Module calls are untyped in torch
+        return out
 
     def extra_repr(self) -> str:
         return f"feature_dim={self.feature_dim}, num_classes={self.num_classes}"

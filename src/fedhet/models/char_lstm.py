@@ -28,7 +28,8 @@ class CharLSTMEncoder(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_token_ids("char_lstm", x, self.vocab_size)
         out, _ = self.lstm(self.embed(x))
-        return out[:, -1]
+        result: torch.Tensor = out[:, -1]  # nn.Module calls are untyped in torch
+        return result
 
 
 @register_model("char_lstm")

@@ -51,7 +51,9 @@ class EfficientNetFeatures(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(torch.flatten(self.pool(self.backbone.extract_features(x)), 1))
+        # nn.Module calls are untyped in torch
+        result: torch.Tensor = self.dropout(torch.flatten(self.pool(self.backbone.extract_features(x)), 1))
+        return result
 
 
 @register_model("efficientnet_lite0")

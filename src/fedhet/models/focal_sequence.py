@@ -56,7 +56,8 @@ class CausalFocalModulation(nn.Module):
         ctx_all = ctx_all + ctx_global * gates[:, self.focal_level:]
         if self.normalize_modulator:
             ctx_all = ctx_all / (self.focal_level + 1)
-        return self.proj(q * self.h(ctx_all.transpose(1, 2)))
+        out: torch.Tensor = self.proj(q * self.h(ctx_all.transpose(1, 2)))  # nn.Module calls are untyped in torch
+        return out
 
 
 class FocalSequenceBlock(nn.Module):
@@ -74,7 +75,8 @@ class FocalSequenceBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.modulation(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        out: torch.Tensor = x + self.mlp(self.norm2(x))  # nn.Module calls are untyped in torch
+        return out
 
 
 class FocalSequenceEncoder(nn.Module):
@@ -93,7 +95,8 @@ class FocalSequenceEncoder(nn.Module):
         h = self.embed(x)
         for block in self.blocks:
             h = block(h)
-        return self.norm(h)
+        out: torch.Tensor = self.norm(h)  # nn.Module calls are untyped in torch
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.sequence(x)[:, -1]

@@ -51,7 +51,7 @@ def _per_stage(name: str, value: int | Sequence[int], stages: int) -> tuple[int,
 
 def focalnet_min_side(patch_size: int, stages: int) -> int:
     """The smallest input side the stem (stride patch_size) and the stages' 2x downsampling keep >= 1 px."""
-    return patch_size * 2 ** (stages - 1)
+    return int(patch_size * 2 ** (stages - 1))
 
 
 def check_focalnet_input(input_shape: Sequence[int], patch_size: int, stages: int) -> tuple[int, int, int]:

@@ -30,7 +30,8 @@ class Generator(nn.Module):
 
     def forward(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         onehot = F.one_hot(y.long(), self.num_classes).to(z.dtype)
-        return self.net(torch.cat([z, onehot], dim=1))
+        out: torch.Tensor = self.net(torch.cat([z, onehot], dim=1))  # nn.Module calls are untyped in torch
+        return out
 
 
 class RTNet(nn.Module):
@@ -50,4 +51,5 @@ class RTNet(nn.Module):
             if y is None:
                 raise ValueError("RTNet: built with num_classes needs the labels y")
             v = torch.cat([v, F.one_hot(y.long(), self.num_classes).to(v.dtype)], dim=1)
-        return self.net(v)
+        out: torch.Tensor = self.net(v)  # nn.Module calls are untyped in torch
+        return out

@@ -99,7 +99,9 @@ class HFViltFeatures(nn.Module):
         pixel_mask = images.new_ones(images.shape[0], images.shape[2], images.shape[3], dtype=torch.long)
         out = self.vilt(input_ids=ids, attention_mask=mask, pixel_values=images, pixel_mask=pixel_mask)
         pooled = out.pooler_output
-        return pooled if pooled is not None else out.last_hidden_state[:, 0]
+        # transformers' outputs are untyped
+        result: torch.Tensor = pooled if pooled is not None else out.last_hidden_state[:, 0]
+        return result
 
 
 def vilt_split_model(vilt: Any, num_classes: int, words: WordPieceMap) -> SplitModel:

@@ -85,7 +85,8 @@ class MiniLMVLFeatures(nn.Module):
         n_text = text.shape[1] + (prompts.text.shape[0] if prompts is not None else 0)
         types = mask.new_ones(mask.shape)
         types[:, :n_text] = 0
-        h = self.bert(inputs_embeds=seq, attention_mask=mask, token_type_ids=types).last_hidden_state
+        # transformers' outputs are untyped
+        h: torch.Tensor = self.bert(inputs_embeds=seq, attention_mask=mask, token_type_ids=types).last_hidden_state
         if self.pool == "cls":
             return h[:, 0]
         weights = mask.unsqueeze(-1).to(h.dtype)

@@ -21,7 +21,8 @@ RESNET18_WEIGHTS = ResNet18_Weights.IMAGENET1K_V1
 
 def resnet18_weights_path() -> Path:
     """Where torchvision keeps the ImageNet ResNet-18 checkpoint: $TORCH_HOME/hub/checkpoints/<file>."""
-    return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(RESNET18_WEIGHTS.url)
+    url = str(RESNET18_WEIGHTS.url)  # torchvision ships no types
+    return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url)
 
 
 def load_resnet18_state_dict() -> dict[str, torch.Tensor]:
@@ -38,7 +39,8 @@ def load_resnet18_state_dict() -> dict[str, torch.Tensor]:
             "`pip install fedhet[pretrained]`."
         )
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state: dict[str, torch.Tensor] = torch.load(path, map_location="cpu", weights_only=True)  # file: untyped
+        return state
     except Exception as e:  # corrupt / truncated file
         raise FedhetError(f"cannot read ResNet-18 weights {path}: {e}; delete it and fetch it again") from e
 

@@ -84,7 +84,8 @@ class VLSelfOutput(nn.Module):
         self.dense, self.dropout = nn.Linear(d, d), nn.Dropout(dropout)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.dense(h))
+        result: torch.Tensor = self.dropout(self.dense(h))  # nn.Module calls are untyped in torch
+        return result
 
 
 class VLAttention(nn.Module):
@@ -93,7 +94,8 @@ class VLAttention(nn.Module):
         self.attention, self.output = VLSelfAttention(d, heads, dropout), VLSelfOutput(d, dropout)
 
     def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.output(self.attention(h, mask))
+        result: torch.Tensor = self.output(self.attention(h, mask))  # nn.Module calls are untyped in torch
+        return result
 
 
 class VLIntermediate(nn.Module):
@@ -102,7 +104,8 @@ class VLIntermediate(nn.Module):
         self.dense, self.act = nn.Linear(d, hidden), nn.GELU()
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.act(self.dense(h))
+        out: torch.Tensor = self.act(self.dense(h))  # nn.Module calls are untyped in torch
+        return out
 
 
 class VLOutput(nn.Module):
@@ -113,7 +116,8 @@ class VLOutput(nn.Module):
         self.dense, self.dropout = nn.Linear(hidden, d), nn.Dropout(dropout)
 
     def forward(self, h: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.dense(h)) + input_tensor
+        result: torch.Tensor = self.dropout(self.dense(h)) + input_tensor  # nn.Module calls are untyped in torch
+        return result
 
 
 class VLLayer(nn.Module):
@@ -129,7 +133,9 @@ class VLLayer(nn.Module):
 
     def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         h = h + self.attention(self.layernorm_before(h), mask)
-        return self.output(self.intermediate(self.layernorm_after(h)), h)
+        # nn.Module calls are untyped in torch
+        result: torch.Tensor = self.output(self.intermediate(self.layernorm_after(h)), h)
+        return result
 
 
 class VLEncoder(nn.Module):
@@ -159,7 +165,8 @@ class VLTransformerFeatures(nn.Module):
     def forward(self, x: list[torch.Tensor] | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         text, text_mask, image, image_mask = self.embeddings(*split_vl_input(x))
         h, mask = splice_prompts(prompts_of(self), text, text_mask, image, image_mask)
-        return self.layernorm(self.encoder(h, mask))[:, 0]
+        out: torch.Tensor = self.layernorm(self.encoder(h, mask))[:, 0]  # nn.Module calls are untyped in torch
+        return out
 
 
 def init_weights(module: nn.Module) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import AnyAlgorithm
 from fedhet.core.contract import ClientState
 from fedhet.core.messages import Message, Reply
 from fedhet.core.seeding import EVALUATE, FIT, client_stream, seeded
@@ -25,7 +25,7 @@ class FitJob:
     context holds (None: the runner's training view of the client) and `check` the split of it the trained model
     is scored on (None: the runner's `check_split`)."""
 
-    alg: Algorithm[Any, Any, Any, Any]
+    alg: AnyAlgorithm
     cid: int
     msg: Message
     state: ClientState
@@ -57,7 +57,7 @@ class InProcessClients:
         return len(self.train_data)
 
     def fit(self, rnd: int, messages: dict[int, Message],
-            algorithms: Mapping[int, Algorithm[Any, Any, Any, Any]] | None = None) -> list[Reply]:
+            algorithms: Mapping[int, AnyAlgorithm] | None = None) -> list[Reply]:
         """Local training of the given clients; their new states replace the old ones only at the end.
 
         `algorithms`: a client's own copy of the method (`algorithms.base.with_hparams`: FedPop's beta^k), else the
@@ -69,7 +69,7 @@ class InProcessClients:
         self.states = new_states
         return replies
 
-    def fit_one(self, rnd: int, cid: int, alg: Algorithm[Any, Any, Any, Any], msg: Message, state: ClientState,
+    def fit_one(self, rnd: int, cid: int, alg: AnyAlgorithm, msg: Message, state: ClientState,
                 purpose: str = FIT, data: ClientData | None = None, check: str | None = None
                 ) -> tuple[Message, ClientState]:
         """One client's fit on its (seed, round, client, purpose) RNG; `state` is not modified. `data`: the client

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import AnyAlgorithm
 from fedhet.core.contract import ClientState
 from fedhet.core.messages import Message, Reply
 from fedhet.runtimes.inprocess import FitJob, InProcessClients
@@ -31,8 +31,8 @@ class MemberRound:
 
     member: Member
     betas: list[HPVector]
-    center: Algorithm[Any, Any, Any, Any]
-    copies: dict[int, Algorithm[Any, Any, Any, Any]]
+    center: AnyAlgorithm
+    copies: dict[int, AnyAlgorithm]
     messages: dict[int, Message]
 
 

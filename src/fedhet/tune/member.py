@@ -8,14 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedhet.algorithms.base import Algorithm, with_hparams
+from fedhet.algorithms.base import AnyAlgorithm, with_hparams
 from fedhet.config import ExperimentConfig
 from fedhet.core.contract import ClientState
 from fedhet.tune.apply import hparams_of, vector_to_dict
 from fedhet.tune.fedex import FedExState
 from fedhet.tune.space import HPVector, SearchSpace
 
-AnyAlgorithm = Algorithm[Any, Any, Any, Any]
+AnyAlgorithm = AnyAlgorithm
 MAX_CACHED = 1024
 
 

@@ -95,7 +95,8 @@ def _name_vectors(encoder: PromptEncoder, domain: str, name: str, slot: str, n: 
     else:
         vectors = encoder.run(lay.input_ids[None], lay.attention_mask[None])[0, positions.to(parts.device)]
     index = torch.tensor([min(j, len(positions) - 1) for j in range(n)])
-    return vectors.float().cpu()[index].clone()
+    out: torch.Tensor = vectors.float().cpu()[index].clone()  # the text encoder (transformers) is untyped
+    return out
 
 
 def concept_loss(encoder: PromptEncoder, concepts: Concepts, latents: torch.Tensor, labels: torch.Tensor,

@@ -75,7 +75,8 @@ class BottleneckAdapter(nn.Module):
             nn.init.zeros_(self.up.weight)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.up(self.act(self.down(h)))
+        out: torch.Tensor = self.up(self.act(self.down(h)))  # nn.Module calls are untyped in torch
+        return out
 
     def forward_frozen(self, h: torch.Tensor) -> torch.Tensor:
         """The branch with detached weights: gradients reach h, never these parameters (Â_s)."""
@@ -130,14 +131,18 @@ class DualAdapter(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         if self.path == "shared":
-            return h + self.slots[SHARED](h)
+            out: torch.Tensor = h + self.slots[SHARED](h)  # nn.Module calls are untyped in torch
+            return out
         if self.path == "dat":
             w_s, w_c = self.dat_weights
-            return h + w_s * self._frozen(h) + w_c * self.slots[CLIENT](h)
+            # nn.Module calls are untyped in torch
+            mixed: torch.Tensor = h + w_s * self._frozen(h) + w_c * self.slots[CLIENT](h)
+            return mixed
         if self.path == "frozen_shared":
             return h + self._frozen(h)
         if self.path == "client":
-            return h + self.slots[CLIENT](h)
+            own: torch.Tensor = h + self.slots[CLIENT](h)  # nn.Module calls are untyped in torch
+            return own
         return h
 
     def _frozen(self, h: torch.Tensor) -> torch.Tensor:

@@ -54,7 +54,9 @@ class ReparamPrompts(nn.Module):
     @staticmethod
     def _tokens(net: nn.Sequential) -> torch.Tensor:
         embedding: nn.Embedding = net[0]  # type: ignore[assignment]
-        return net(torch.arange(embedding.num_embeddings, device=embedding.weight.device))
+        # nn.Module calls are untyped in torch
+        out: torch.Tensor = net(torch.arange(embedding.num_embeddings, device=embedding.weight.device))
+        return out
 
     @property
     def text(self) -> torch.Tensor:

@@ -21,7 +21,7 @@ import torch
 from torch.func import vmap
 from torch.utils._pytree import tree_map
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import Algorithm, AnyAlgorithm
 from fedhet.core.contract import LocalPass, LossStep, PassStats
 from fedhet.runtimes.batched.data import Batch, BatchStream
 from fedhet.runtimes.batched.lanes import PassResult, PassRunner
@@ -33,7 +33,7 @@ MIN_ROWS = 4  # a smaller common divisor: micro-batches of a few rows, many more
 Part = tuple[torch.Tensor, torch.Tensor, float, bool]  # x, y, share of its batch, last part of its batch
 
 
-def splits_batches(alg: Algorithm[Any, Any, Any, Any]) -> bool:
+def splits_batches(alg: AnyAlgorithm) -> bool:
     """Whether the method's loss may be split across micro-batches: its declared `capabilities.loss_is_batch_mean`,
     else true only where neither `loss` nor `passes` is overridden (FedAvg's single-stage cross-entropy pass)."""
     for cls in type(alg).__mro__:
@@ -45,7 +45,7 @@ def splits_batches(alg: Algorithm[Any, Any, Any, Any]) -> bool:
     return False
 
 
-def micro_rows(algs: Sequence[Algorithm[Any, Any, Any, Any]]) -> int | None:
+def micro_rows(algs: Sequence[AnyAlgorithm]) -> int | None:
     """The micro-batch size for jobs of these method copies (the gcd of their batch sizes), or None where they
     share one batch size, a method's loss cannot be split, or the gcd is below MIN_ROWS."""
     sizes = {a.train_cfg.batch_size for a in algs}

@@ -126,7 +126,7 @@ class BatchStream:
     batches are drawn (`engine.batching.pass_indices`, the same draws), and up to `AHEAD_BYTES` of them are read
     with one `IndexedDataset.batch` and split, the same values as a read per batch."""
 
-    def __init__(self, rng: ClientRng, dataset: Dataset, cfg: TrainConfig) -> None:
+    def __init__(self, rng: ClientRng, dataset: Dataset[Any], cfg: TrainConfig) -> None:
         self.rng = rng
         self.steps = num_steps(len(dataset), cfg)  # type: ignore[arg-type]
         self.drawn = 0

@@ -113,7 +113,7 @@ class SGD:
             new_state[HP] = state[HP]
         return new_p, new_state
 
-    def to_torch(self, state: OptState, names: list[str]) -> dict:
+    def to_torch(self, state: OptState, names: list[str]) -> dict[str, Any]:
         """One client's state as `torch.optim.SGD.state_dict()` (no entries before the first step), with the
         client's own values where they are per lane."""
         own = _own(self, state)
@@ -125,7 +125,7 @@ class SGD:
                  "differentiable": False, "fused": None, "params": list(range(len(names)))}
         return {"state": entries, "param_groups": [group]}
 
-    def from_torch(self, saved: dict, params: Tensors, hp: Tensors | None = None) -> OptState:
+    def from_torch(self, saved: dict[str, Any], params: Tensors, hp: Tensors | None = None) -> OptState:
         """One client's state from a `torch.optim.SGD.state_dict()` over `params` (in order)."""
         state = self.init(params, hp=hp)
         entries = saved.get("state", {})
@@ -190,7 +190,7 @@ class Adam:
             new_state[HP] = hp
         return new_p, new_state
 
-    def to_torch(self, state: OptState, names: list[str]) -> dict:
+    def to_torch(self, state: OptState, names: list[str]) -> dict[str, Any]:
         """One client's state as `torch.optim.Adam(W).state_dict()` (no entries before the first step), with the
         client's own values where they are per lane."""
         own = _own(self, state)
@@ -205,7 +205,7 @@ class Adam:
                  "fused": None, "decoupled_weight_decay": self.decoupled, "params": list(range(len(names)))}
         return {"state": entries, "param_groups": [group]}
 
-    def from_torch(self, saved: dict, params: Tensors, hp: Tensors | None = None) -> OptState:
+    def from_torch(self, saved: dict[str, Any], params: Tensors, hp: Tensors | None = None) -> OptState:
         """One client's state from a `torch.optim.Adam(W).state_dict()` over `params` (in order)."""
         state = self.init(params, hp=hp)
         entries = saved.get("state", {})

@@ -23,7 +23,7 @@ import torch
 from torch.utils._pytree import tree_map
 from torch.utils.data import Dataset
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import AnyAlgorithm
 from fedhet.core.contract import FitStats, LocalPass, LossStep
 from fedhet.core.messages import Message, Reply
 from fedhet.core.params import frozen
@@ -137,7 +137,7 @@ class BatchedClients(InProcessClients):
         return self.chunk_sizes[batch_size]
 
     def fit(self, rnd: int, messages: dict[int, Message],
-            algorithms: Mapping[int, Algorithm[Any, Any, Any, Any]] | None = None) -> list[Reply]:
+            algorithms: Mapping[int, AnyAlgorithm] | None = None) -> list[Reply]:
         """Local training of the given clients, chunk by chunk; states replace the old ones only at the end.
         `algorithms`: a client's own copy of the method (`with_hparams`, as in-process); copies that differ only
         in laned values (rule.lane_group) share lanes. A NaN / inf loss fails the round, as in-process."""

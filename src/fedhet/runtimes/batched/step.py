@@ -133,7 +133,7 @@ def stage_grads(routed: RoutedWork, loss_of: LossFn, opt_keys: list[str], grad_c
         own = {k: grads[k] for k in opt_keys}
         return (own if grad_clip is None else clip_grad_norm(own, grad_clip)), updates, loss
 
-    return vmap(lane_grads)  # type: ignore[no-any-return]
+    return vmap(lane_grads)
 
 
 def stage_step(routed: RoutedWork, loss_of: LossFn, opt_keys: list[str], optimizer: FunctionalOptimizer,

@@ -170,7 +170,8 @@ def load_state(context: Context, exp: Experiment, setup: ClientSetup, cid: int, 
     if data is not None:
         return state_from_bytes(data)
     if state_round == 0:
-        return exp.algorithm.init_client(cid)
+        initial: ClientState = exp.algorithm.init_client(cid)  # a method looked up by name: its own state type
+        return initial
     folder = state_folder(context, setup, cid)
     path = None if folder is None else folder / f"round_{state_round}.pt"
     if path is not None and path.is_file():

@@ -28,7 +28,9 @@ from typing import Any
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, ConfigRecordValues, MessageType, MetricRecord, RecordDict
 
+from fedhet.core.contract import ClientState
 from fedhet.core.messages import Message, Scalar
+from fedhet.errors import FedhetError
 
 ARRAYS, CONFIG, METRICS = "arrays", "config", "metrics"
 SERVER_ROUND, NUM_EXAMPLES = "server-round", "num-examples"
@@ -73,11 +75,11 @@ def read_request(content: RecordDict) -> Request:
     run_folder = str(config.pop(RUN_FOLDER, ""))
     for hint in (LR, LOCAL_EPOCHS):  # a fedhet client trains as its experiment config says
         config.pop(hint, None)
-    keep, rnd = config.pop(KEEP_ROUNDS, []), int(config.pop(SERVER_ROUND))  # type: ignore[arg-type]
+    keep, rnd = config.pop(KEEP_ROUNDS, []), int(config.pop(SERVER_ROUND))
     message = Message(_tensors(content), _scalars(config))
     return Request(message, rnd, None if split is None else str(split),
-                   None if state_round is None else int(state_round),  # type: ignore[arg-type]
-                   tuple(int(r) for r in keep), run_folder)  # type: ignore[union-attr]
+                   None if state_round is None else int(state_round),
+                   tuple(int(r) for r in keep), run_folder)
 
 
 def fit_reply_content(msg: Message, num_examples: int) -> RecordDict:
@@ -145,15 +147,18 @@ def _scalars(values: dict[str, Any]) -> dict[str, Scalar]:
     return dict(values)
 
 
-def state_to_bytes(state: object) -> bytes:
+def state_to_bytes(state: ClientState) -> bytes:
     """A client state (any nesting of tensors, numbers, optimizer states, dataclasses) as torch.save bytes."""
     buf = io.BytesIO()
     torch.save(state, buf)
     return buf.getvalue()
 
 
-def state_from_bytes(data: bytes) -> Any:
-    """The object `state_to_bytes` was given (its type is the caller's: the algorithm's client state)."""
+def state_from_bytes(data: bytes) -> ClientState:
+    """The client state `state_to_bytes` was given."""
     from fedhet.engine.safe_load import load_trusted  # tensors, numbers and fedhet states only: no code runs
 
-    return load_trusted(data, "a client state (Flower context.state / state folder)")
+    state = load_trusted(data, "a client state (Flower context.state / state folder)")
+    if not isinstance(state, ClientState):  # what torch.load returns is untyped: check it is what was saved
+        raise FedhetError(f"a stored client state holds a {type(state).__name__}, not a client state")
+    return state

@@ -80,7 +80,7 @@ def run_flower_simulation(cfg: ExperimentConfig, run_dir: str | Path, num_cpus: 
     try:
         with quiet_run_simulation_deprecation():
             run_simulation(make_server_app(settings), make_client_app(settings), num_supernodes=num_clients,
-                           backend_config=backend_config(num_cpus, cpus_per_client),  # type: ignore[arg-type]
+                           backend_config=backend_config(num_cpus, cpus_per_client),
                            verbose_logging=verbose)
     except KeyboardInterrupt:
         settings.stop_event.set()  # the ServerApp thread rolls back, checkpoints and stops

@@ -16,13 +16,11 @@ METRIC_ALIASES), or the "skipped" marker of a client without that split.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from flwr.app import RecordDict
 
-from fedhet.algorithms import Algorithm
-from fedhet.algorithms.base import ArraySpec
+from fedhet.algorithms.base import AnyAlgorithm, ArraySpec
 from fedhet.core.messages import Message
 from fedhet.runtimes.flower.records import CONFIG, NUM_EXAMPLES, SKIPPED, read_evaluate_reply, read_fit_reply
 
@@ -33,7 +31,7 @@ class ReplyRejected(Exception):
     """A client's reply does not match what the server expects; the message says why."""
 
 
-def expected_reply_spec(alg: Algorithm[Any, Any, Any, Any], broadcast: Message) -> Spec:
+def expected_reply_spec(alg: AnyAlgorithm, broadcast: Message) -> Spec:
     """The arrays a fit reply to `broadcast` must carry, as the method declares them."""
     return dict(alg.reply_layout(broadcast))
 
