@@ -87,7 +87,7 @@ def args_problems(method: str, cell: str, params: type) -> list[str]:
         if name in own and not dataclasses.is_dataclass(own[name]) and stated_default(text) != own[name]:
             problems.append(f"{method}: `{name}` ({text}) states the default {stated_default(text)!r}, "
                             f"{params.__name__} has {own[name]!r}")
-    named = {n for n in NAME.findall(cell)}
+    named = set(NAME.findall(cell))
     unnamed = [f for f in own if f not in named and not any(n.endswith("*") and f.startswith(n[:-1]) for n in named)]
     if unnamed and not ABBREVIATED.search(cell):
         problems.append(f"{method}: the row does not name {unnamed}; name them or abbreviate with `...`")
