@@ -81,7 +81,7 @@ class HyperServerState(ServerState):
     """xi-bar (`model`), the hypernetwork's weights phi and z (`hnet`) and its optimizer's state (`hopt`)."""
 
     hnet: StateDict = field(default_factory=dict)
-    hopt: dict[str, Any] = field(default_factory=dict)
+    hopt: dict[str, Any] = field(default_factory=dict)  # Any: torch optimizer state (state_dict)
 
 
 def partition_of(model: nn.Module, personalize: list[str]) -> ParamPartition:
@@ -274,7 +274,7 @@ class GeneratedModel(nn.Module):
         return {**self.model.state_dict(), **self.hnet.generate_from_embedding(self.z, self.descriptor)}
 
 
-def _clone_tree(value: Any) -> Any:
+def _clone_tree(value: Any) -> Any:  # Any: a torch optimizer state tree
     """A deep copy of a state_dict-like tree (tensors cloned), so the server state shares no storage."""
     if isinstance(value, torch.Tensor):
         return value.detach().clone()

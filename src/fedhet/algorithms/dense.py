@@ -105,7 +105,7 @@ class DenseServer(ServerState):
     synthetic: int = 0
     losses: dict[str, float] = dataclasses.field(default_factory=dict)
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> dict[str, Any]:  # Any: JSON facts
         return {"dense": {"synthetic": self.synthetic, "losses": dict(self.losses)}} if self.synthetic else {}
 
 

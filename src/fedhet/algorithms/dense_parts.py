@@ -76,6 +76,7 @@ class BNStatistics:
         self.terms: list[Tensor] = []
         self.hooks = [m.register_forward_hook(self._hook) for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
 
+    # Any: a forward hook's output, unused
     def _hook(self, module: nn.Module, inputs: tuple[Tensor, ...], _: Any) -> None:
         x = inputs[0]
         mean, var = x.mean(dim=(0, 2, 3)), x.transpose(0, 1).flatten(1).var(dim=1, unbiased=False)

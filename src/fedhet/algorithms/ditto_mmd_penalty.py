@@ -68,7 +68,7 @@ class MMDDKernelState:
     """One layer's MMD-D kernel: its parameters and (once it has been trained) its AdamW state, on the CPU."""
 
     params: StateDict
-    optim: dict[str, Any] | None = None
+    optim: dict[str, Any] | None = None  # Any: torch optimizer state_dict
 
 
 @dataclass(kw_only=True)
@@ -178,7 +178,7 @@ def check_saved(params: DittoMMDParams, layers: list[str], saved: PenaltyState) 
                               f"penalty {params.penalty} on layers {layers} does not use")
 
 
-def to_cpu(obj: Any) -> Any:
+def to_cpu(obj: Any) -> Any:  # Any: a torch state tree
     """Tensors of a nested dict / list structure (an optimizer state) moved to the CPU."""
     if isinstance(obj, torch.Tensor):
         return obj.detach().cpu()

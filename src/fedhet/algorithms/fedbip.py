@@ -71,7 +71,7 @@ class FedBiPServer(ServerState):
     sets: dict[int, str] = field(default_factory=dict)
     cost: dict[str, float] = field(default_factory=dict)
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> dict[str, Any]:  # Any: JSON facts
         """|D_syn| and the cost (seconds per client upload, per generated image, for the classifier; images
         generated, not read from the cache) for summary.json."""
         return {"fedbip": {"synthetic": self.synthetic, "cost": dict(self.cost)}} if self.synthetic else {}
@@ -88,11 +88,11 @@ class FedBiPWork(Work):
     concepts: nn.ParameterDict
     geometry: tuple[int, int, int]
     upload_file: Path | None = None
-    cached: dict[str, Any] | None = None
+    cached: dict[str, Any] | None = None  # Any: torch.load of the cache file
     began: float = 0.0
 
 
-def load_split(data: Dataset[Any]) -> tuple[Tensor, Tensor]:
+def load_split(data: Dataset[Any]) -> tuple[Tensor, Tensor]:  # Any: samples: (x, y)
     """All (x, y) of a split, stacked (eval transform: no augmentation)."""
     xs, ys = [], []
     for x, y in DataLoader(data, batch_size=512, shuffle=False):

@@ -128,7 +128,7 @@ Generate = Callable[[FedBiPUpload, GenerationConfig, torch.Generator], tuple[tor
 class TimedGeneration:
     """`generate` with the encoder bound, counting the images it makes and the seconds it takes."""
 
-    encoder: Any
+    encoder: Any  # Any: diffusers / transformers: untyped
     seconds: float = 0.0
     images: int = 0
 

@@ -101,7 +101,7 @@ class FedD3Server(ServerState):
 
     distilled: int = 0
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> dict[str, Any]:  # Any: JSON facts
         return {"fedd3": {"distilled": self.distilled}} if self.distilled else {}
 
 

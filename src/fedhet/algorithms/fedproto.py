@@ -58,6 +58,7 @@ def proto_regularizer(u: torch.Tensor, y: torch.Tensor, proto: torch.Tensor, cou
 
 
 @torch.no_grad()
+# Any: samples: (x, y)
 def class_prototypes(model: SplitModel, dataset: Dataset[Any], num_classes: int, device: torch.device,
                      batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class mean features (C x d, zero rows for absent classes) and per-class counts (C)."""

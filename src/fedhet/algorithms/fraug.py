@@ -107,7 +107,7 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork, FRAugParams]):
     client_state_type = FRAugState
     work_type = FRAugWork
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # Any: forwarded to Algorithm.__init__
         super().__init__(*args, **kwargs)
         self._nets: dict[str, nn.Module] = {}  # reused g / m buffers, fully loaded (or re-initialised) per fit
         if self.params.aggregation != "server":  # official: weighted by N_k (server_base.py:53-66)

@@ -28,7 +28,7 @@ PAPER: dict[str, Any] = {  # fedhet's reading of the paper + appendix Digits col
     "r0_frac": 0.05, "proto_init": "first", "stage2_features": "reuse", "bn_share": "none", "aggregation": "server",
     "noise": "normal", "gen_distance": "mmd", "rt_distance": "mmd", "gen_labels": "real", "rt_label_input": False,
     "rt_scale": "lambda_syn", "rt_form": "per_class", "syn_mix_rate": None, "aux_eval": False}
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: dict[str, dict[str, Any]] = {  # Any: field values of several types
     "official": {},  # the defaults: main.py's Digits column
     "official-pacs": {"eta_g": 0.05, "eta_m": 0.05, "alpha": 10.0, "beta": 1.0, "lambda_syn_rate": 0.01,
                       "syn_mix_rate": 0.01, "gen_distance": "mmd_multi", "rt_distance": "l2"},
@@ -84,7 +84,7 @@ class FRAugParams:
     syn_mix_rate: float | None = 0.002  # stage 1 (1-w) CE_real + w CE_syn/2, w = min(0.5, exp(rate (r-R)))
     aux_eval: bool = True  # g and m in eval mode when not trained (user_FRAug.py:137-138, 231)
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, **kwargs: Any) -> None:  # Any: FRAugParams' fields
         """Keyword arguments only: given keys > the preset's values > the dataclass defaults."""
         names = {f.name: f for f in dataclasses.fields(self)}
         unknown = sorted(set(kwargs) - set(names))

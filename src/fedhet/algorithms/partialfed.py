@@ -135,7 +135,7 @@ class PartialFed(Algorithm[ServerState, PartialFedState, PartialFedWork, Partial
     work_type = PartialFedWork
     Params = PartialFedParams
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # Any: forwarded to Algorithm.__init__
         super().__init__(*args, **kwargs)
         self.layers = layers_of(self.parts.template)
         self.fixed = frozenset(matching_layers(self.parts.template, list(self.params.local_layers)))

@@ -197,11 +197,11 @@ class PeftFamily(Algorithm[ServerState, ClientState, PW, PP]):
             return lambda t: warmup_linear_decay(offset + t, total, self.params.warmup)
         return lambda t: warmup_linear_decay(t, steps, self.params.warmup)
 
-    def logits(self, model: nn.Module, x: Any, ctx: ClientContext) -> torch.Tensor:
+    def logits(self, model: nn.Module, x: Any, ctx: ClientContext) -> torch.Tensor:  # Any: a VL batch as collated
         """The model's logits over the client's own answers (all of them without a pool)."""
         return restrict_logits(model(x), ctx.data.classes)
 
-    def loss(self, work: PW, x: Any, y: torch.Tensor) -> torch.Tensor:
+    def loss(self, work: PW, x: Any, y: torch.Tensor) -> torch.Tensor:  # Any: a VL batch as collated
         return nn.functional.cross_entropy(self.logits(work.model, x, work.ctx), y)
 
     def passes(self, work: PW) -> list[LocalPass]:

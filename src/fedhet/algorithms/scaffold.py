@@ -114,7 +114,7 @@ class Scaffold(Algorithm[ScaffoldServerState, ScaffoldClientState, ScaffoldWork,
     capabilities = Capabilities(call_params=frozenset({"control_lr", "control_decay"}))  # read in `aggregate` only
     Params = ScaffoldParams
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # Any: forwarded to Algorithm.__init__
         super().__init__(*args, **kwargs)
         if self.train_cfg.optimizer != "sgd":
             raise ConfigError("scaffold assumes local SGD (Karimireddy et al. 2020, Alg. 1); set train.optimizer=sgd")
