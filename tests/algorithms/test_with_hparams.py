@@ -70,3 +70,18 @@ def test_hparams_of_gives_what_with_hparams_takes() -> None:
     train, server, params = hparams_of(cfg, space.joint, {"train.lr": -2.0, "method_args.mu": 0.25, "server.lr": 0.0})
     assert (train.lr, params.mu, server.lr) == (pytest.approx(0.01), 0.25, pytest.approx(1.0))
     assert train.batch_size == cfg.train.batch_size  # everything else as configured
+
+
+def test_every_method_declares_capabilities_over_its_own_params() -> None:
+    """A method's per-call and laned Params fields are fields of its Params, and laned ones are per-call; a
+    declaration that breaks this is refused when the method's class is made."""
+    from fedhet.algorithms.base import Capabilities
+    from fedhet.algorithms.registry import ALGORITHMS
+
+    for name in ALGORITHMS.names():
+        cls = ALGORITHMS.get(name)
+        fields = {f.name for f in dataclasses.fields(cls.Params)}
+        assert cls.capabilities.call_params <= fields, name
+        assert cls.capabilities.lane_params <= cls.capabilities.call_params, name
+    with pytest.raises(ValueError, match=r"lane_params \['mu'\] must be call_params"):
+        Capabilities(lane_params=frozenset({"mu"}))
