@@ -1,38 +1,32 @@
-"""The round loop shared by the runtimes: sample, broadcast, fit, aggregate, evaluate, log, checkpoint."""
+"""The round loop shared by the runtimes: sample, broadcast, fit, aggregate, evaluate, log, checkpoint (on the one
+round driver, engine/driver.py)."""
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from torch.utils.data import ConcatDataset
-from tqdm.auto import tqdm
 
 from fedhet.config import ExperimentConfig
 from fedhet.core.contract import ServerState
 from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedhet.engine.driver import Interrupted as Interrupted  # (re-exported: callers import these from here)
+from fedhet.engine.driver import PhaseHook as PhaseHook
+from fedhet.engine.driver import RoundDriver
 from fedhet.engine.evaluation import evaluate
-from fedhet.engine.executor import ClientExecutor, ClientsFailed
+from fedhet.engine.executor import ClientExecutor
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.rounds import fit_and_aggregate, sample_round
 from fedhet.engine.rundir import RunDirectory, client_rows
-from fedhet.engine.signals import StopSignals
 from fedhet.engine.tracking import Tracker, open_trackers, round_record
-from fedhet.errors import ConfigError, FedhetError, TrainingDivergedError
+from fedhet.errors import ConfigError
 
 log = logging.getLogger(__name__)
 ROUNDS_NOTE = (" (schedules that depend on the total number of rounds, e.g. FRAug's lambda_syn and lambda_c, follow "
                "the new total from the next round on, so the result differs from a fresh run of that length)")
-
-
-class Interrupted(FedhetError):
-    """The run was stopped by Ctrl-C or SIGTERM after a checkpoint was written."""
-
-    exit_code = 130  # as a shell reports a process stopped by SIGINT
 
 
 @dataclass
@@ -66,30 +60,22 @@ class Committed:
     elapsed: float
 
 
-PhaseHook = Callable[[str, int], None]
-
-
-class RoundLoop:
-    """Drives one experiment over its rounds with a client executor (engine/executor.py: in-process, batched
-    or Flower).
-
-    A round is committed as a whole: the round counter, the snapshot a rollback returns to, the checkpoint and
-    metrics.jsonl are updated with Ctrl-C / SIGTERM held back (`StopSignals.deferred`), so an interrupt leaves
-    either all of round r on disk or none of it. `on_phase(phase, round)`, if given, is called at every phase
-    boundary (start, trained, evaluated, committed, checkpoint_saved, metrics_written, end): tests inject
-    signals there deterministically.
-    """
+class RoundLoop(RoundDriver[RunResult]):
+    """Drives one experiment over its rounds (engine/driver.py: commit, rollback, signals) with a client
+    executor (engine/executor.py: in-process, batched or Flower). A round samples, broadcasts, fits,
+    aggregates and evaluates (`play`; phases trained, evaluated), then commits the round counter, the snapshot
+    a rollback returns to, the checkpoint and metrics.jsonl (`commit`; phases committed, checkpoint_saved,
+    metrics_written)."""
 
     def __init__(self, exp: Experiment, run_dir: Path, clients: ClientExecutor, progress: bool = True,
                  on_phase: PhaseHook | None = None) -> None:
         self.exp, self.cfg = exp, exp.config
         self.dir = RunDirectory(run_dir)
+        super().__init__(f"{self.cfg.variant}/{self.cfg.data.dataset}/s{self.cfg.seed}", self.cfg.rounds,
+                         self.dir.latest_checkpoint, progress and not self.cfg.run.quiet, on_phase)
         self.clients = clients
         self.alg = exp.algorithm
-        self.progress = progress and not self.cfg.run.quiet
-        self.on_phase = on_phase
         self.server = exp.init_server()
-        self.round, self.elapsed = 0, 0.0
         self.metrics: list[dict[str, Any]] = []
         self.config_changes: list[dict[str, Any]] = []
         self.traffic: dict[str, float] = {}  # the last trained round's, per client (core.messages.traffic)
@@ -99,18 +85,8 @@ class RoundLoop:
         self._saved_round = -1  # the round of the checkpoint on disk (-1: none written by or read into this loop)
         self._reopened = False  # a finished run resumed to be extended: summary.json is stale
 
-    def _phase(self, name: str, rnd: int) -> None:
-        if self.on_phase is not None:
-            self.on_phase(name, rnd)
-
     def _snapshot(self) -> Committed:
         return Committed(self.round, self.server, self.clients.get_states(), len(self.metrics), self.elapsed)
-
-    def _restore(self, committed: Committed) -> None:
-        """Undo a partly done round (server, client states, metric rows, counter, time)."""
-        self.round, self.server, self.elapsed = committed.round, committed.server, committed.elapsed
-        self.clients.set_states(committed.clients)
-        del self.metrics[committed.num_rows:]
 
     # -------------------------------------------------------------- persistence
     def checkpoint_config(self) -> dict[str, Any]:
@@ -174,38 +150,41 @@ class RoundLoop:
         self.metrics.extend(rows)
         return float(next(r["accuracy"] for r in rows if r["client"] == "avg" and r["split"] == "test"))
 
-    def play_round(self, rnd: int, last: int, signals: StopSignals) -> float | None:
-        """Train, evaluate, then commit round `rnd` as a whole; returns the test accuracy if evaluated."""
-        start = time.perf_counter()
-        self._phase("start", rnd)
+    def play(self, rnd: int) -> float | None:
+        """Train, then evaluate round `rnd` when it is due; returns the test accuracy if evaluated."""
         self.train_round(rnd)
         self._phase("trained", rnd)
-        evaluated = rnd % self.cfg.eval.every == 0 or rnd == self.cfg.rounds
-        acc = self.evaluate_round(rnd) if evaluated else None
+        acc = self.evaluate_round(rnd) if self._evaluated(rnd) else None
         self._phase("evaluated", rnd)
-        with signals.deferred():
-            self.elapsed += time.perf_counter() - start
-            self.round = rnd
-            self._committed = self._snapshot()
-            self._phase("committed", rnd)
-            if rnd % self.cfg.run.checkpoint_every == 0 or rnd == last:
-                self.checkpoint()
-            elif evaluated:
-                self.dir.write_metrics(self.metrics)  # live progress; the checkpoint has the rest
-            if self._reopened:
-                self.dir.summary_path.unlink(missing_ok=True)
-                self._reopened = False
-        if self.trackers:
-            record = round_record(rnd, self.metrics, self.train_losses, time.perf_counter() - start, self.traffic)
-            for tracker in self.trackers:
-                tracker.log_round(record)
-        self._phase("end", rnd)
         return acc
 
-    def last_accuracy(self) -> float | None:
-        """The average test accuracy of the last evaluated round (None before the first evaluation)."""
-        rows = [r for r in self.metrics if r["client"] == "avg" and r["split"] == "test"]
-        return rows[-1]["accuracy"] if rows else None
+    def _evaluated(self, rnd: int) -> bool:
+        return rnd % self.cfg.eval.every == 0 or rnd == self.cfg.rounds
+
+    def commit(self, rnd: int, last: int) -> None:
+        """The snapshot a rollback returns to, then the checkpoint (every run.checkpoint_every rounds and at the
+        last) or the live metrics."""
+        self._committed = self._snapshot()
+        self._phase("committed", rnd)
+        if rnd % self.cfg.run.checkpoint_every == 0 or rnd == last:
+            self.checkpoint()
+        elif self._evaluated(rnd):
+            self.dir.write_metrics(self.metrics)  # live progress; the checkpoint has the rest
+        if self._reopened:
+            self.dir.summary_path.unlink(missing_ok=True)
+            self._reopened = False
+
+    def after_commit(self, rnd: int, seconds: float) -> None:
+        if self.trackers:
+            record = round_record(rnd, self.metrics, self.train_losses, seconds, self.traffic)
+            for tracker in self.trackers:
+                tracker.log_round(record)
+
+    def status(self) -> str | None:
+        """The average test accuracy of the last evaluated round (nothing before the first evaluation)."""
+        acc = next((r["accuracy"] for r in reversed(self.metrics) if r["client"] == "avg" and r["split"] == "test"),
+                   None)
+        return None if acc is None else f"acc={acc:.3f}"
 
     # -------------------------------------------------------------- the loop
     def run(self, stop_after: int | None = None) -> RunResult:
@@ -213,55 +192,23 @@ class RoundLoop:
         self.trackers = open_trackers(self.cfg.run.loggers, self.dir.path, self.round, self.cfg.name,
                                       self.cfg.to_dict())
         try:
-            return self._run(stop_after)
+            return self.drive(stop_after)
         finally:
             for tracker in self.trackers:
                 tracker.close()
 
-    def _run(self, stop_after: int | None) -> RunResult:
-        cfg = self.cfg
-        last = cfg.rounds if stop_after is None else min(cfg.rounds, stop_after)
-        bar = tqdm(total=cfg.rounds, initial=self.round, desc=f"{cfg.variant}/{cfg.data.dataset}/s{cfg.seed}",
-                   disable=not self.progress, unit="round", dynamic_ncols=True, leave=True)
-        acc = self.last_accuracy()
-        if acc is not None:
-            bar.set_postfix(acc=f"{acc:.3f}")
-        with StopSignals() as signals:
-            try:
-                while self.round < last:
-                    acc = self.play_round(self.round + 1, last, signals)
-                    bar.update(1)
-                    if acc is not None:  # nothing until the first evaluation, then the last evaluated value
-                        bar.set_postfix(acc=f"{acc:.3f}")
-            except KeyboardInterrupt as err:
-                bar.close()
-                self.stop_at_last_commit(signals)
-                raise Interrupted(f"interrupted after round {self.round}; checkpoint written to "
-                                  f"{self.dir.latest_checkpoint}. Continue with --resume.") from err
-            except (ClientsFailed, TrainingDivergedError) as err:
-                bar.close()
-                self.stop_at_last_commit(signals)
-                if isinstance(err, TrainingDivergedError):
-                    log.info("training diverged in round %d; the checkpoint of round %d is in %s",
-                             self.round + 1, self.round, self.dir.latest_checkpoint)
-                raise
-            bar.close()
-            try:
-                with signals.deferred():  # the summary is written whole, then a Ctrl-C / SIGTERM stops
-                    return self.finish()
-            except KeyboardInterrupt as err:
-                raise Interrupted(f"interrupted as the run finished; its results are complete in {self.dir.path}"
-                                  ) from err
-
-    def stop_at_last_commit(self, signals: StopSignals) -> None:
-        """Return to the last completed round and write its checkpoint, unless the one on disk is of that round
-        already (then it, and the config it was written with, stay as they are); a further Ctrl-C waits."""
-        with signals.deferred(reraise=False):
-            self._restore(self._committed)
-            if self.round != self._saved_round:
-                self.checkpoint()
-            else:
-                self.dir.write_metrics(self.metrics)
+    def restore(self) -> None:
+        """Return to the last completed round (server, client states, metric rows, counter, time) and write its
+        checkpoint, unless the one on disk is of that round already (then it, and the config it was written
+        with, stay as they are)."""
+        committed = self._committed
+        self.round, self.server, self.elapsed = committed.round, committed.server, committed.elapsed
+        self.clients.set_states(committed.clients)
+        del self.metrics[committed.num_rows:]
+        if self.round != self._saved_round:
+            self.checkpoint()
+        else:
+            self.dir.write_metrics(self.metrics)
 
     def finish(self) -> RunResult:
         final_round = max((r["round"] for r in self.metrics), default=0)

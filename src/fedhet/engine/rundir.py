@@ -20,10 +20,11 @@ from typing import IO, Any, TypeVar
 import yaml
 
 from fedhet.atomic import atomic_write_text, strict_json
-from fedhet.errors import FedhetError
+from fedhet.errors import CheckpointError, FedhetError
 
 METRIC_KEYS = ("accuracy", "balanced_accuracy", "loss")
 LOCK_FILE = ".lock"
+LATEST = "latest.pt"  # a run's checkpoint, in <run>/checkpoints
 NAME_MAX = 255  # bytes per path component on Linux, macOS and Windows file systems
 T = TypeVar("T")
 
@@ -86,7 +87,7 @@ class RunDirectory:
 
     @property
     def latest_checkpoint(self) -> Path:
-        return self.checkpoints / "latest.pt"
+        return self.checkpoints / LATEST
 
     def is_finished(self) -> bool:
         return self.summary_path.is_file()
@@ -168,17 +169,42 @@ def _remove_empty(path: Path, lock_path: Path, created: list[Path]) -> None:
             folder.rmdir()
 
 
-def start_check(run_dir: Path, resume: bool, overwrite: bool = False) -> None:
-    """Refuse to start a fresh run over a checkpoint, or to resume where there is none."""
-    checkpoint = RunDirectory(run_dir).latest_checkpoint
+class MissingCheckpointError(RunDirError, CheckpointError):
+    """--resume where the run directory holds no checkpoint of the kind the job continues from."""
+
+
+def start_check(run_dir: Path, resume: bool, overwrite: bool = False, checkpoint: str = LATEST) -> None:
+    """Refuse to start a fresh job over a checkpoint (its own kind, `checkpoints/<checkpoint>`, or a plain
+    run's), or to resume where there is none of its kind."""
+    folder = RunDirectory(run_dir).checkpoints
+    kind = "" if checkpoint == LATEST else f"{Path(checkpoint).stem} "
     if resume and overwrite:
         raise RunDirError("--resume and --overwrite exclude each other: continue the run, or start it again")
-    if resume and not checkpoint.is_file():
-        raise RunDirError(f"--resume: there is no checkpoint in '{run_dir}' to continue; run without --resume to "
-                          "start it (check name / run.out_dir / --run-dir if you expected one)")
-    if not resume and not overwrite and checkpoint.is_file():
+    if resume and not (folder / checkpoint).is_file():
+        raise MissingCheckpointError(f"--resume: there is no {kind}checkpoint in '{run_dir}' to continue; run "
+                                     "without --resume to start it (check name / run.out_dir / --run-dir if you "
+                                     "expected one)")
+    if not resume and not overwrite and any((folder / name).is_file() for name in {checkpoint, LATEST}):
         raise RunDirError(f"'{run_dir}' already holds a checkpoint: pass --resume to continue it, --overwrite to "
                           "start it again, or choose another run.out_dir / name")
+
+
+@contextlib.contextmanager
+def claimed(run_dir: Path, resume: bool, overwrite: bool, checkpoint: str = LATEST,
+            extra: tuple[str, ...] = ()) -> Iterator[RunDirectory]:
+    """The run directory of one job (a run, a tuning job), checked, locked for the job's whole life and, with
+    `overwrite`, cleared of what fedhet wrote there (and of the job's `extra` folders); `start_check` runs
+    before the lock (an error before any work) and again under it (no other process can write there then)."""
+    check_writable_path(run_dir)
+    start_check(run_dir, resume, overwrite, checkpoint)
+    rundir = RunDirectory(run_dir)
+    with rundir.locked():
+        start_check(run_dir, resume, overwrite, checkpoint)
+        if overwrite:
+            rundir.clear()
+            for folder in extra:
+                shutil.rmtree(run_dir / folder, ignore_errors=True)
+        yield rundir
 
 
 def client_rows(rnd: int, split: str, per_client: dict[str, dict[str, float]]) -> list[dict[str, Any]]:

@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedhet.config import ExperimentConfig
-from fedhet.engine.executor import ClientExecutor
 from fedhet.engine.experiment import Experiment, build_experiment
 from fedhet.engine.loop import PhaseHook, RoundLoop, RunResult, run_dir_for
-from fedhet.engine.rundir import RunDirectory, check_writable_path, start_check
+from fedhet.engine.rundir import claimed
 from fedhet.errors import FedhetError
 from fedhet.runtimes.inprocess import InProcessClients
 
 
-def make_executor(exp: Experiment) -> ClientExecutor:
-    """The client executor of `run.runtime`: batched (vectorized local training) or in-process (sequential)."""
+def make_executor(exp: Experiment) -> InProcessClients:
+    """The client executor of `run.runtime`: batched (vectorized local training) or in-process (sequential); the
+    one place that chooses, for `fedhet run`, `fedhet tune`'s population and the exports."""
     if exp.config.run.runtime == "batched":
         from fedhet.runtimes.batched import BatchedClients  # imports torch.func only when asked for
 
@@ -37,13 +37,7 @@ def run_experiment(cfg: ExperimentConfig, run_dir: str | Path | None = None, res
     if allow_changes and not resume:
         raise FedhetError("--allow-config-change applies to a resumed run: add --resume")
     path = Path(run_dir) if run_dir else run_dir_for(cfg)
-    check_writable_path(path)
-    start_check(path, resume, overwrite)
-    rundir = RunDirectory(path)
-    with rundir.locked():
-        start_check(path, resume, overwrite)  # again, now that no other process can write here
-        if overwrite:
-            rundir.clear()
+    with claimed(path, resume, overwrite):
         exp = build_experiment(cfg)
         loop = RoundLoop(exp, path, make_executor(exp), progress=progress, on_phase=on_phase)
         if resume:

@@ -26,8 +26,8 @@ from fedhet.engine.experiment import Experiment
 from fedhet.engine.local import evaluate_client
 from fedhet.engine.rounds import aggregate_round, broadcast_round, sample_round
 from fedhet.errors import TrainingDivergedError
-from fedhet.runtimes.batched import BatchedClients
-from fedhet.runtimes.inprocess import FitJob, InProcessClients
+from fedhet.launch.run import make_executor
+from fedhet.runtimes.inprocess import FitJob
 from fedhet.tune.config import TuneConfig
 from fedhet.tune.evo import anneal, delta_ball
 from fedhet.tune.fedex import fedex_draw, fedex_start, fedex_step
@@ -46,7 +46,7 @@ class Population:
         self.exp, self.tune, self.space = exp, tune, space
         self.base = exp.algorithm
         self.copies = MethodCopies(exp.config, self.base, space)
-        self.runner = BatchedClients(exp) if exp.config.run.runtime == "batched" else InProcessClients(exp)
+        self.runner = make_executor(exp)  # the one factory `fedhet run` uses (run.runtime)
         self.runner.check_split = "val"
         self.members: list[Member] = []
         self.last_scores: dict[int, list[float]] = {}  # slot -> s_i^k of its active clients, last round

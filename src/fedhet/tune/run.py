@@ -18,20 +18,18 @@ import dataclasses
 import json
 import logging
 import math
-import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from tqdm.auto import tqdm
 
 from fedhet.atomic import atomic_write_text
 from fedhet.config import ExperimentConfig
+from fedhet.engine.driver import PhaseHook, RoundDriver
 from fedhet.engine.experiment import build_experiment
-from fedhet.engine.loop import Interrupted, run_dir_for
-from fedhet.engine.rundir import RunDirectory, RunDirError, check_writable_path, client_rows
+from fedhet.engine.loop import run_dir_for
+from fedhet.engine.rundir import RunDirectory, claimed, client_rows
 from fedhet.engine.signals import StopSignals
 from fedhet.errors import FedhetError
 from fedhet.tune.apply import apply_vector, check_space, vector_to_dict
@@ -65,8 +63,10 @@ def tuner_name(tune: TuneConfig) -> str:
 
 def run_tuning(cfg: ExperimentConfig, run_dir: str | Path | None = None, *, resume: bool = False,
                overwrite: bool = False, progress: bool = True, stop_after: int | None = None,
-               config_dir: Path | None = None) -> TuneResult:
-    """Run (or resume) one tuning job in this process (module docstring); everything is checked first."""
+               config_dir: Path | None = None, on_phase: PhaseHook | None = None) -> TuneResult:
+    """Run (or resume) one tuning job in this process (module docstring) on the engine's round driver (its run
+    directory guard, commit and signal handling: engine/driver.py); everything is checked first. `on_phase`:
+    as `run_experiment`'s (tests)."""
     tune = tune_config(cfg)
     if cfg.run.runtime not in ("inprocess", "batched"):
         raise FedhetError(f"fedhet tune runs its members in this process, one after another "
@@ -79,76 +79,54 @@ def run_tuning(cfg: ExperimentConfig, run_dir: str | Path | None = None, *, resu
     if not cfg.label:
         cfg = dataclasses.replace(cfg, label=f"{cfg.variant}+{tune.wrapper}+{tuner_name(tune)}")
     path = Path(run_dir) if run_dir else run_dir_for(cfg)
-    check_writable_path(path)
-    rundir = RunDirectory(path)
-    with rundir.locked():
-        _start_check(rundir, resume, overwrite)
-        if overwrite:
-            rundir.clear()
-            shutil.rmtree(path / "tune", ignore_errors=True)
-        job = TuningJob(cfg, tune, Population(build_experiment(cfg), tune, space), rundir, plan)
+    with claimed(path, resume, overwrite, FILENAME, extra=("tune",)) as rundir:
+        job = TuningJob(cfg, tune, Population(build_experiment(cfg), tune, space), rundir, plan,
+                        progress and not cfg.run.quiet, on_phase)
         if resume:
             job.resume()
         else:
             job.population.start()
             rundir.write_config(cfg.to_dict())
-        return job.run(progress and not cfg.run.quiet, stop_after)
+            job.save()
+        return job.drive(stop_after)
 
 
-def _start_check(rundir: RunDirectory, resume: bool, overwrite: bool) -> None:
-    checkpoint = rundir.checkpoints / FILENAME
-    if resume and overwrite:
-        raise RunDirError("--resume and --overwrite exclude each other: continue the job, or start it again")
-    if not resume and not overwrite and (checkpoint.is_file() or rundir.latest_checkpoint.is_file()):
-        raise RunDirError(f"'{rundir.path}' already holds a checkpoint: pass --resume to continue the tuning job, "
-                          "--overwrite to start it again, or choose another run.out_dir / name")
-
-
-class TuningJob:
-    """The round loop of one tuning job: play, eliminate (SHA), evaluate, commit a checkpoint, report progress."""
+class TuningJob(RoundDriver[TuneResult]):
+    """One run whose round trains a population (engine/driver.py drives it): play every live member's round,
+    eliminate (SHA), evaluate (`play`), then commit the member log, the population checkpoint and the metrics
+    (`commit`)."""
 
     def __init__(self, cfg: ExperimentConfig, tune: TuneConfig, population: Population, rundir: RunDirectory,
-                 plan: list[int]) -> None:
+                 plan: list[int], progress: bool = False, on_phase: PhaseHook | None = None) -> None:
+        super().__init__(f"tune {cfg.variant}", cfg.rounds, rundir.checkpoints / FILENAME, progress, on_phase)
         self.cfg, self.tune, self.population, self.dir, self.plan = cfg, tune, population, rundir, plan
-        self.round, self.elapsed = 0, 0.0
         self.halted: int | None = None  # the round in which every configuration diverged (halt)
         self.rows: list[dict[str, Any]] = []  # metrics.jsonl: the best member's curve
-        self.checkpoint = rundir.checkpoints / FILENAME
         self.members_log = rundir.path / "tune" / "members.jsonl"
 
     def resume(self) -> None:
         """The population of the last finished round; the member log loses what came after it."""
-        saved = load_population(self.checkpoint, self.cfg)
+        saved = load_population(self.checkpoint_file, self.cfg)
         self.round, self.rows, self.elapsed, self.halted = saved.round, saved.rows, saved.elapsed, saved.halted
         self.population.members, self.population.tried = saved.members, saved.tried
         if self.members_log.is_file():
             kept = [line for line in self.members_log.read_text().splitlines() if _round_of(line) <= self.round]
             atomic_write_text(self.members_log, "".join(line + "\n" for line in kept))
 
-    def run(self, progress: bool, stop_after: int | None) -> TuneResult:
-        bar = tqdm(total=self.cfg.rounds, initial=self.round, disable=not progress, unit="round",
-                   desc=f"tune {self.cfg.variant}")
-        with StopSignals() as signals:
-            try:
-                for rnd in range(self.round + 1, self.cfg.rounds + 1) if self.halted is None else ():
-                    start = time.perf_counter()
-                    self.play(rnd)
-                    self.elapsed += time.perf_counter() - start
-                    with signals.deferred():
-                        self.commit(rnd)
-                    bar.update(1)
-                    bar.set_postfix_str(self.postfix())
-                    if self.halted or (stop_after is not None and rnd >= stop_after):
-                        break
-            except KeyboardInterrupt as err:  # the round in progress is dropped; the last commit stands
-                bar.close()
-                raise Interrupted(f"interrupted after round {self.round}; the population is saved in "
-                                  f"{self.checkpoint}. Continue with --resume.") from err
-        bar.close()
-        summary = self.finish() if self.round >= self.cfg.rounds or self.halted else {}
-        return TuneResult(self.dir.path, self.round, summary)
+    def stopped(self) -> bool:
+        return self.halted is not None
 
-    def play(self, rnd: int) -> None:
+    def restore(self) -> None:
+        """Nothing to write: the job starts with the population's checkpoint and every round's commit writes it,
+        so the one on disk is the last commit's (the interrupted round's changes in memory end with the job)."""
+
+    def conclude(self, signals: StopSignals) -> TuneResult:
+        """The final choice and its files when the job has ended (its last round, or a halt); not held back from
+        a Ctrl-C, which stops it (it evaluates and finetunes: long), and a resume does it again."""
+        ended = self.round >= self.cfg.rounds or self.halted
+        return self.finish() if ended else TuneResult(self.dir.path, self.round, {})
+
+    def play(self, rnd: int) -> float | None:
         """One round of every live member, SHA's elimination after it, then FedPop-G among the survivors (so a
         round that is both never ranks a configuration FedPop-G has just re-initialised), and the best member's
         evaluation."""
@@ -157,7 +135,7 @@ class TuningJob:
         pop.train_round(rnd)
         if not any(m.alive and m.history and math.isfinite(m.history[-1]) for m in pop.members):
             self.halt(rnd, trained)
-            return
+            return None
         if rnd in self.plan:
             live = [m for m in pop.members if m.alive]
             kept = set(survivors([m.slot for m in live], self.scores(live), self.tune.eta))
@@ -167,6 +145,7 @@ class TuningJob:
             pop.global_search(rnd)
         if rnd % self.cfg.eval.every == 0 or rnd == self.cfg.rounds:
             self.rows += client_rows(rnd, "test", pop.evaluate(self.leader(), rnd, "test"))
+        return None
 
     def halt(self, rnd: int, trained: list[Any]) -> None:
         """Every configuration that trained in round `rnd` diverged. With nothing learned (no finite score yet)
@@ -191,11 +170,12 @@ class TuningJob:
         live = [m for m in self.population.members if m.alive and m.history]
         return min(zip(self.scores(live), (m.slot for m in live), live, strict=True))[2]
 
-    def commit(self, rnd: int) -> None:
+    def commit(self, rnd: int, last: int) -> None:
         """Round `rnd`'s lines of the member log (a history the checkpoint does not hold: written first, so a
         stop before the checkpoint leaves lines that the resume drops and writes again), then the population,
         then metrics.jsonl (rebuilt from the checkpoint's rows)."""
         pop = self.population
+        self._phase("committed", rnd)
         self.members_log.parent.mkdir(exist_ok=True)
         with self.members_log.open("a") as log:
             for m in pop.members:
@@ -203,14 +183,22 @@ class TuningJob:
                 log.write(json.dumps({"round": rnd, "slot": m.slot, "alive": m.alive, "parent": m.parent,
                                       "born": m.born, "score": m.history[-1] if m.history else None,
                                       **m.values(pop.space), "local": local}) + "\n")
-        save_population(self.checkpoint, self.cfg,
-                        SavedPopulation(rnd, pop.members, pop.tried, self.rows, self.elapsed, self.halted))
-        self.round = rnd
+        self.save()
+        self._phase("checkpoint_saved", rnd)
         self.dir.write_metrics(self.rows)
+        self._phase("metrics_written", rnd)
 
-    def postfix(self) -> str:
+    def save(self) -> None:
+        """The population checkpoint of round `round` (round 0: as it starts, so a stop in round 1 resumes)."""
+        pop = self.population
+        save_population(self.checkpoint_file, self.cfg,
+                        SavedPopulation(self.round, pop.members, pop.tried, self.rows, self.elapsed, self.halted))
+
+    def status(self) -> str | None:
         """Live configurations, the generation (FedPop-G rounds so far; SHA's stage without FedPop-G) and the
-        best-scoring configuration's latest validation loss."""
+        best-scoring configuration's latest validation loss (nothing before the first round)."""
+        if not self.round:
+            return None
         live = [m for m in self.population.members if m.alive]
         best = self.leader()
         rounds, t_g = range(1, self.round + 1), self.population.t_g
@@ -218,7 +206,7 @@ class TuningJob:
                       else sum(r <= self.round for r in self.plan))
         return f"members={len(live)} gen={generation} best={best.history[-1]:.3f} (m{best.slot})"
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> TuneResult:
         """Choose the final configuration, evaluate its deployed models on test, write the results."""
         pop, cfg = self.population, self.cfg
         live = [m for m in pop.members if m.alive]
@@ -244,7 +232,7 @@ class TuningJob:
                             "selected": chosen.slot, "select": self.tune.select, "values": chosen.values(pop.space),
                             "tried_alpha": tried_alpha, "tried_beta": tried_beta, "finetuned": finetuned}}
         self.dir.write_summary(summary)
-        return summary
+        return TuneResult(self.dir.path, self.round, summary)
 
 
 def _mean(values: list[float]) -> float:
