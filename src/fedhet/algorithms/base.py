@@ -100,7 +100,7 @@ class Algorithm(Generic[S, C, W, P]):
     few hooks."""
 
     name: ClassVar[str] = "base"
-    personalized: ClassVar[bool] = False  # clients deploy their own model (evaluated per client)
+    personalized: bool = False  # clients deploy their own model (evaluated per client; EmbeddingNoise: per instance)
     centralized: ClassVar[bool] = False  # trains on the union of the clients' data: engine/experiment.arrange
     one_shot: ClassVar[bool] = False  # one round only (FedBiP): build_experiment refuses rounds != 1
     requires: ClassVar[str] = ""  # what a user installs or runs first (an extra, a pretraining step): `fedhet methods`

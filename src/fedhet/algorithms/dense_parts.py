@@ -53,7 +53,7 @@ class Generator(nn.Module):
             nn.Conv2d(ngf, channels, 3, 1, 1), nn.Sigmoid())
 
     def forward(self, z: Tensor) -> Tensor:
-        out: Tensor = self.blocks(self.fc(z).view(len(z), -1, self.init, self.init))
+        out: Tensor = self.blocks(self.fc(z).view(len(z), -1, self.init, self.init))  # Module calls: untyped
         return out[..., :self.side, :self.side]
 
     def reset(self, g: torch.Generator) -> None:

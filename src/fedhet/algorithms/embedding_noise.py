@@ -71,7 +71,7 @@ class EmbeddingNoise(ModelAlgorithm[EmbeddingNoiseParams]):
     # Any: forwarded to Algorithm.__init__
     def __init__(self, params: EmbeddingNoiseParams, *args: Any, **kwargs: Any) -> None:
         super().__init__(params, *args, **kwargs)
-        self.personalized = bool(params.local_bn)  # type: ignore[misc]
+        self.personalized = bool(params.local_bn)
 
     def shared_keys(self, model: nn.Module) -> set[str]:
         """Everything but BatchNorm with `local_bn` (FedBN), else everything (FedAvg)."""

@@ -240,12 +240,12 @@ class FedSFDA(Algorithm[FedSFDAServer, FedSFDAState, FedSFDAWork, FedSFDAParams]
         p = self.params
         if p.bn_stats == "source":
             keep_batchnorm_statistics(work.model)
-        student: Tensor = work.model(x)
+        student: Tensor = work.model(x)  # nn.Module calls are untyped in torch
         with torch.no_grad():
             teacher = work.teacher(x)
             kd_target = teacher if work.kd is work.teacher else work.kd(x)
         pseudo, mask = pseudo_label_loss(student, teacher, p.threshold)
-        loss: Tensor = pseudo + p.lambda_kd * kd_loss(student, kd_target, p.temperature)
+        loss = pseudo + p.lambda_kd * kd_loss(student, kd_target, p.temperature)
         optimizers.step(loss, "model")
         work.kept, work.seen = work.kept + float(mask.sum()), work.seen + len(x)
         return loss

@@ -132,7 +132,8 @@ class FedDAT(PeftFamily[DATWork, FedDATParams]):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed((seed_of(self.parts.template) + 1 + client_id) % 2**63)
             for _, adapter in adapter_modules(model):
-                client: BottleneckAdapter = adapter.slots[CLIENT]  # type: ignore[assignment]
+                client = adapter.slots[CLIENT]
+                assert isinstance(client, BottleneckAdapter)  # a ModuleDict gives a Module
                 client.reset_parameters(self.params.adapter_init)
         return dataclasses.replace(state, local=adapter_state(model, CLIENT))
 

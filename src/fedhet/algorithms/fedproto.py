@@ -173,8 +173,7 @@ class FedProto(Algorithm[ProtoServerState, ClientState, ProtoWork, FedProtoParam
         ce = F.cross_entropy(work.model.head(u), y)
         if self.params.lam == 0 or not bool((work.proto_count > 0).any()):
             return ce
-        lam: float = self.params.lam
-        return ce + lam * proto_regularizer(u, y, work.proto, work.proto_count)
+        return ce + self.params.lam * proto_regularizer(u, y, work.proto, work.proto_count)
 
     def finish(self, work: ProtoWork, state: ClientState, stats: FitStats) -> tuple[Message, ClientState]:
         """Keep the trained model; reply with its class prototypes on the training data (eval transform)."""

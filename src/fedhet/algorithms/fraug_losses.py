@@ -196,7 +196,7 @@ def residual(gen: nn.Module | None, rt: nn.Module | None, z: Tensor | None, y: T
              ) -> Tensor:
     """m(g(z, y), y); g(z, y) without the RTNet; m(base, y) without the generator (base: u, or u_hat_c's source)."""
     if gen is not None:
-        v: Tensor = gen(z, y)
+        v: Tensor = gen(z, y)  # nn.Module calls are untyped in torch
     elif base is not None:
         v = base.detach()
     else:

@@ -142,8 +142,7 @@ class Moon(Algorithm[ServerState, MoonState, MoonWork, MoonParams]):
             return ce
         with torch.no_grad():
             z_glob, z_prev = self.represent(work.glob, x)[0], self.represent(work.prev, x)[0]
-        mu: float = self.params.mu
-        return ce + mu * contrastive_loss(z, z_glob, z_prev, self.params.temperature)
+        return ce + self.params.mu * contrastive_loss(z, z_glob, z_prev, self.params.temperature)
 
     def finish(self, work: MoonWork, state: MoonState, stats: FitStats) -> tuple[Message, MoonState]:
         """FedAvg's reply and local keys; the trained model becomes the next round's previous model."""
