@@ -11,7 +11,10 @@ FAST = ["data.dataset=offline_digits", "model.name=small_cnn", "rounds=8", "trai
         "train.batch_size=32", "train.lr=0.01", "train.momentum=0.5", "run.quiet=true", "data.augment=false"]
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fedbn", "single", "all"])
+# the two non-federated references (local-only and pooled training) with -m slow: the default suite keeps the two
+# federated paths, and tests/algorithms checks single and all by hand
+@pytest.mark.parametrize("method", ["fedavg", "fedbn", pytest.param("single", marks=pytest.mark.slow),
+                                    pytest.param("all", marks=pytest.mark.slow)])
 def test_methods_beat_chance(tmp_path, method: str) -> None:
     result = run_experiment(load_config(None, FAST + [f"method={method}"]), tmp_path / method)
     avg = result.final["avg"]["accuracy"]

@@ -5,7 +5,8 @@ Each case is re-run in tmp_path and compared with its recording: bit for bit whe
 golden_compare.py (per tier); a failure names the case, the mode, and the first differing metric field or tensor.
 The Flower simulation cases (12-19 s each here, mostly Ray start-up) are marked `slow`: run them with `-m slow`.
 Their numbers equal the in-process `fedbn` and `ditto_sampled` cases' (checked on the recording below), and
-tests/runtimes/test_flower.py asserts Flower == in-process in the default suite.
+the default suite asserts Flower == in-process for every method (tests/runtimes/test_flower_interop.py)
+and on Ray once (tests/runtimes/test_flower_faults.py).
 
 Off the recording machine the float32 BatchNorm cases are a smoke check only; the float64 tier (golden_f64.py:
 21 cases in float64, golden_f64.json) is compared at 1e-9 on every machine, the check that holds on any x86 CPU.

@@ -207,8 +207,12 @@ def test_state_dir_restores_a_restarted_node(tmp_path, task_identity) -> None:
         flower_client.load_state(fresh, exp, setup, 2, 2)
 
 
+@pytest.mark.slow
 def test_simulation_matches_inprocess(tmp_path) -> None:
-    """FedBN, offline_digits, 4 clients, 3 rounds on Flower's simulation engine (Ray backend)."""
+    """FedBN, offline_digits, 4 clients, 3 rounds on Flower's simulation engine (Ray backend). Slow (a Ray
+    start-up): the default suite runs Ray once, in test_flower_faults.py::test_simulation_stop_and_resume_matches_
+    inprocess (Ditto, its personal state across a stop and a resume), and every method's Flower == in-process check
+    on an in-process grid (test_flower_interop.py::test_every_method_is_a_flower_strategy), FedBN included."""
     from fedhet.runtimes.flower.simulation import run_flower_simulation
 
     c = cfg("method=fedbn")

@@ -141,7 +141,7 @@ def test_fedhets_server_drives_a_quickstart_client_app(tmp_path, partition_query
     read from the train config, num-examples from their MetricRecord, eval_acc / eval_loss as accuracy / loss."""
     torch.manual_seed(0)  # the stock loop shuffles with torch's global generator, as the template does
     rounds = 3 if partition_query else 1  # without the query: only the mapping differs, one round shows it
-    c = cfg("method=fedavg", "train.local_steps=null", "train.local_epochs=8", f"rounds={rounds}")
+    c = cfg("method=fedavg", "train.local_steps=null", "train.local_epochs=3", f"rounds={rounds}")
     grid = AppGrid([quickstart_client_app(c)] * 4)
     loop = FlowerRoundLoop(build_experiment(c), tmp_path / "run", grid, progress=False,
                            partition_query=partition_query)
