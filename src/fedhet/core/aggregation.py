@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
@@ -55,8 +54,8 @@ class ServerOptimizer:
         return (self.cfg.optimizer == "sgd" and self.cfg.lr == 1.0 and self.cfg.momentum == 0.0
                 and self.cfg.lr_decay == 1.0)
 
-    def step(self, current: StateDict, averaged: StateDict, opt_state: dict[str, Any]
-             ) -> tuple[StateDict, dict[str, Any]]:
+    def step(self, current: StateDict, averaged: StateDict, opt_state: dict[str, torch.Tensor | int]
+             ) -> tuple[StateDict, dict[str, torch.Tensor | int]]:
         """New global state and new optimizer state (both plain dicts of tensors)."""
         if self.is_identity():
             return averaged, opt_state

@@ -18,7 +18,7 @@ from torch.utils.data import Dataset
 
 from fedhet.config import TrainConfig
 from fedhet.core.messages import Message
-from fedhet.core.params import StateDict
+from fedhet.core.params import OptimState, StateDict
 from fedhet.core.protocols import ClientSplits
 
 if TYPE_CHECKING:  # only the type: importing the contract does not load the model zoo
@@ -68,7 +68,7 @@ class ClientState:
     `train.persist_optimizer`, by optimizer name. Methods subclass it to add fields."""
 
     local: StateDict = field(default_factory=dict)
-    optim: dict[str, dict[str, Any]] = field(default_factory=dict)
+    optim: dict[str, OptimState] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -77,9 +77,9 @@ class ServerState:
     of the network is shared), and `opt`, the server optimizer's state. Methods subclass it to add fields."""
 
     model: StateDict = field(default_factory=dict)
-    opt: dict[str, Any] = field(default_factory=dict)
+    opt: dict[str, torch.Tensor | int] = field(default_factory=dict)
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> dict[str, Any]:  # Any: JSON-ready values for summary.json
         """Method-specific facts of a finished run for its summary.json, kept where checkpoints are not (FedBiP:
         the synthetic set's size and cost). Default: none."""
         return {}
@@ -149,7 +149,7 @@ class LocalPass:
     step: StepFn
     optimizers: dict[str, OptimSpec]
     train: TrainConfig
-    data: Dataset[Any] | None = None
+    data: Dataset[Any] | None = None  # Any: a torch Dataset's items, an (x, y) pair whose x varies by modality
     modules: Sequence[nn.Module] = ()
     frozen: Sequence[nn.Parameter] = ()
     report: bool = True

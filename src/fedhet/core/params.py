@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import nn
@@ -11,6 +12,7 @@ from torch import nn
 BN_TYPES: tuple[type[nn.Module], ...] = (nn.modules.batchnorm._BatchNorm,)
 
 StateDict = dict[str, torch.Tensor]
+OptimState = dict[str, Any]  # Any: a torch optimizer's state_dict, a nested tree of tensors, numbers and lists
 
 
 def keys_of_types(model: nn.Module, types: tuple[type[nn.Module], ...]) -> set[str]:

@@ -23,16 +23,16 @@ class ClientSplits(Protocol):
     def domain(self) -> str: ...
 
     @property
-    def train(self) -> Dataset[Any]: ...
+    def train(self) -> Dataset[Any]: ...  # Any: torch Dataset items, (x, y) pairs
 
     @property
-    def val(self) -> Dataset[Any] | None: ...
+    def val(self) -> Dataset[Any] | None: ...  # Any: torch Dataset items, (x, y) pairs
 
     @property
-    def test(self) -> Dataset[Any]: ...
+    def test(self) -> Dataset[Any]: ...  # Any: torch Dataset items, (x, y) pairs
 
     @property
-    def train_eval(self) -> Dataset[Any]: ...
+    def train_eval(self) -> Dataset[Any]: ...  # Any: torch Dataset items, (x, y) pairs
 
     @property
     def classes(self) -> tuple[int, ...] | None: ...
