@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset
 
 from fedhet.config import TrainConfig
 from fedhet.core.messages import Message
 from fedhet.core.params import OptimState, StateDict
-from fedhet.core.protocols import ClientSplits
+from fedhet.core.protocols import ClientSplits, SampleSet
 
 if TYPE_CHECKING:  # only the type: importing the contract does not load the model zoo
     from fedhet.models.base import SplitModel
@@ -149,7 +148,7 @@ class LocalPass:
     step: StepFn
     optimizers: dict[str, OptimSpec]
     train: TrainConfig
-    data: Dataset[Any] | None = None  # Any: a torch Dataset's items, an (x, y) pair whose x varies by modality
+    data: SampleSet | None = None
     modules: Sequence[nn.Module] = ()
     frozen: Sequence[nn.Parameter] = ()
     report: bool = True

@@ -11,6 +11,8 @@ from typing import Any, Protocol
 
 from torch.utils.data import Dataset
 
+SampleSet = Dataset[Any]  # Any: a torch Dataset's items, (x, y) pairs whose x varies by modality (images, tokens, ...)
+
 
 class ClientSplits(Protocol):
     """One client's splits: `train` with train-time augmentation; `val`, `test` and `train_eval` (the training
@@ -23,16 +25,16 @@ class ClientSplits(Protocol):
     def domain(self) -> str: ...
 
     @property
-    def train(self) -> Dataset[Any]: ...  # Any: torch Dataset items, (x, y) pairs
+    def train(self) -> SampleSet: ...
 
     @property
-    def val(self) -> Dataset[Any] | None: ...  # Any: torch Dataset items, (x, y) pairs
+    def val(self) -> SampleSet | None: ...
 
     @property
-    def test(self) -> Dataset[Any]: ...  # Any: torch Dataset items, (x, y) pairs
+    def test(self) -> SampleSet: ...
 
     @property
-    def train_eval(self) -> Dataset[Any]: ...  # Any: torch Dataset items, (x, y) pairs
+    def train_eval(self) -> SampleSet: ...
 
     @property
     def classes(self) -> tuple[int, ...] | None: ...

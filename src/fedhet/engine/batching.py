@@ -7,14 +7,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from fedhet.config import TrainConfig
 from fedhet.core.batches import drops_singleton, num_steps, to_device
+from fedhet.core.protocols import SampleSet
 from fedhet.data.datasets import IndexedDataset
 
 
-def batches(dataset: Dataset[Any], cfg: TrainConfig, generator: torch.Generator | None = None,
+def batches(dataset: SampleSet, cfg: TrainConfig, generator: torch.Generator | None = None,
             device: torch.device | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Shuffled mini-batches for one pass: `local_steps` batches if set, else `local_epochs` epochs.
 
@@ -29,7 +30,8 @@ def batches(dataset: Dataset[Any], cfg: TrainConfig, generator: torch.Generator 
         return
     bs = min(cfg.batch_size, n)
     if isinstance(dataset, IndexedDataset) and generator is None:
-        loaded: Iterator[Any] = map(dataset.batch, pass_indices(n, cfg))
+        loaded: Iterator[Any] = map(  # Any: a dataset's batch, (x, y) with x by modality
+            dataset.batch, pass_indices(n, cfg))
     else:
         loader = DataLoader(dataset, batch_size=bs, shuffle=True, drop_last=drops_singleton(n, bs),
                             generator=generator)
@@ -63,7 +65,7 @@ def shuffled_epoch(n: int, batch_size: int, drop_last: bool) -> Iterator[torch.T
         yield perm[start:start + batch_size]
 
 
-def in_order(dataset: Dataset[Any], batch_size: int) -> DataLoader[Any]:
+def in_order(dataset: SampleSet, batch_size: int) -> DataLoader[Any]:  # Any: as SampleSet's items
     """The dataset's samples in order, `batch_size` at a time (evaluation): DataLoader's own loader, asked for
     whole batches when the dataset takes a list of indices (`IndexedDataset.batch`, the same values)."""
     if isinstance(dataset, IndexedDataset):

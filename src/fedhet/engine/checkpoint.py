@@ -28,12 +28,16 @@ from typing import Any
 
 import torch
 
-from fedhet.atomic import atomic_torch_save
+from fedhet.atomic import JSONDict, atomic_torch_save
 from fedhet.config import ExperimentConfig, flatten
+from fedhet.core.contract import ServerState
+from fedhet.engine.executor import ClientStates
 from fedhet.engine.safe_load import UntrustedFileError, load_trusted
 from fedhet.errors import CheckpointError
 
 FORMAT = 3  # 3: typed client / server states (contract v2)
+Payload = dict[str, Any]  # Any: a checkpoint as torch.load returns it (states, metric rows, config)
+ConfigValue = Any  # Any: a flattened config's leaf, any YAML scalar or list
 IGNORED_SECTIONS = ("name", "label", "stand_in", "sweep", "tune", "rounds")
 IGNORED_DATA_KEYS = ("download",)
 # Fault-tolerance settings: they change nothing while every client answers, and a resumed run may alter them.
@@ -48,7 +52,7 @@ def _device_type(name: str) -> str:
     return name.split(":")[0]
 
 
-def relevant_config(config: dict[str, Any]) -> dict[str, Any]:
+def relevant_config(config: JSONDict) -> JSONDict:
     """The config values that influence the results (everything a resume must keep the same)."""
     relevant = {k: v for k, v in config.items() if k not in IGNORED_SECTIONS and k not in ("run", "novel")}
     novel = config.get("novel") or {}
@@ -64,16 +68,16 @@ def relevant_config(config: dict[str, Any]) -> dict[str, Any]:
     return relevant
 
 
-def _digest(relevant: dict[str, Any]) -> str:
+def _digest(relevant: JSONDict) -> str:
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def fingerprint(config: dict[str, Any]) -> str:
+def fingerprint(config: JSONDict) -> str:
     """A hash of every config value that influences the results (`rounds` excluded: a run may be extended)."""
     return _digest(relevant_config(config))
 
 
-def config_differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+def config_differences(old: JSONDict, new: JSONDict) -> dict[str, tuple[ConfigValue, ConfigValue]]:
     """Dotted key -> (checkpoint's value, this config's value) for every results-relevant key that differs. A key
     added to fedhet after the checkpoint was written counts as its default there (the run used the behaviour
     the default keeps), so it differs only when this config sets it away from the default."""
@@ -83,9 +87,9 @@ def config_differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tu
     return {k: (then[k], b.get(k)) for k in sorted(then) if then[k] != b.get(k)}
 
 
-def save_checkpoint(path: Path, *, config: dict[str, Any], round: int, server: Any, clients: Any,
-                    metrics: list[dict[str, Any]], elapsed: float,
-                    config_changes: list[dict[str, Any]] | None = None,
+def save_checkpoint(path: Path, *, config: JSONDict, round: int, server: ServerState, clients: ClientStates,
+                    metrics: list[JSONDict], elapsed: float,
+                    config_changes: list[JSONDict] | None = None,
                     traffic: dict[str, float] | None = None) -> None:
     """Write a checkpoint atomically (the previous file stays valid until the new one is complete). `traffic`:
     the last trained round's per-client traffic, for the summary of a run resumed after its last round."""
@@ -95,7 +99,7 @@ def save_checkpoint(path: Path, *, config: dict[str, Any], round: int, server: A
     atomic_torch_save(payload, path)
 
 
-def _refusal(path: Path, differences: dict[str, tuple[Any, Any]]) -> CheckpointError:
+def _refusal(path: Path, differences: dict[str, tuple[ConfigValue, ConfigValue]]) -> CheckpointError:
     listed = "; ".join(f"{k}: {a!r} in the checkpoint, {b!r} now" for k, (a, b) in differences.items())
     keys = ",".join(differences)
     hint = ""
@@ -107,7 +111,7 @@ def _refusal(path: Path, differences: dict[str, tuple[Any, Any]]) -> CheckpointE
         "--overwrite. Nothing was overwritten.")
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> Payload:
     try:
         payload = load_trusted(path, f"checkpoint '{path}'")
     except UntrustedFileError:
@@ -122,7 +126,7 @@ def _read(path: Path) -> dict[str, Any]:
     return payload
 
 
-def load_checkpoint(path: Path, config: dict[str, Any], allow_changes: tuple[str, ...] = ()) -> dict[str, Any]:
+def load_checkpoint(path: Path, config: JSONDict, allow_changes: tuple[str, ...] = ()) -> Payload:
     """Read a checkpoint and check that it belongs to this config (see the module docstring); raise a
     CheckpointError naming every differing key with both values otherwise. The returned payload's
     `config_changes` has the accepted changes of this resume appended."""

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import Dataset
 
 from fedhet.core.batches import restrict_logits, to_device
+from fedhet.core.protocols import SampleSet
 from fedhet.engine.batching import in_order
 
 
@@ -23,7 +22,7 @@ def balanced_accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, dataset: Dataset[Any], device: torch.device, batch_size: int = 256,
+def evaluate(model: nn.Module, dataset: SampleSet, device: torch.device, batch_size: int = 256,
              classes: Sequence[int] | None = None) -> dict[str, float]:
     """Accuracy, balanced accuracy and mean cross-entropy of `model` on `dataset`; with `classes`, over those
     classes only (a client-specific head: `restrict_logits`)."""

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from fedhet.atomic import JSONDict
 from fedhet.core.messages import Message, Reply
 from fedhet.errors import FedhetError
+
+ClientStates = Any  # Any: each runtime's own (states by client id, or where to find them)
 
 
 class ClientsFailed(FedhetError):
@@ -29,10 +32,10 @@ class ClientExecutor(Protocol):
     def evaluate(self, rnd: int, messages: dict[int, Message], split: str) -> dict[str, dict[str, float]]:
         """Metrics of each client's deployed model on its own split, keyed by client name."""
 
-    def get_states(self) -> Any:
+    def get_states(self) -> ClientStates:
         """What a checkpoint stores of the clients (their states, or where to find them)."""
 
-    def set_states(self, states: Any) -> None:
+    def set_states(self, states: ClientStates) -> None:
         """Restore what `get_states` returned (resume, rollback)."""
 
     def begin_round(self, rnd: int) -> None:
@@ -41,5 +44,5 @@ class ClientExecutor(Protocol):
     def on_disk(self) -> None:
         """The states as they are now are the ones on disk (a checkpoint was written or resumed)."""
 
-    def checkpoint_config(self, config: dict[str, Any]) -> dict[str, Any]:
+    def checkpoint_config(self, config: JSONDict) -> JSONDict:
         """The config a checkpoint of this runtime is fingerprinted with."""

@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_limits
 from fedhet.algorithms import ALGORITHMS
 from fedhet.algorithms.base import AnyAlgorithm
 from fedhet.config import ExperimentConfig, from_dict
-from fedhet.core.contract import ClientContext, RoundInfo
+from fedhet.core.contract import ClientContext, RoundInfo, ServerState
 from fedhet.core.seeding import seeded
 from fedhet.data import ClientData, FederatedData, build_federated_data
 from fedhet.errors import ConfigError
@@ -73,10 +73,11 @@ class Experiment:
     model_fn: Callable[[], SplitModel]
     arrangement: Arrangement
 
-    def init_server(self) -> Any:
+    def init_server(self) -> ServerState:
         """The algorithm's initial server state, drawn from the run's seed (every runtime starts from it)."""
         with seeded(self.config.seed, "server-init"):
-            return self.algorithm.init_server()
+            server: ServerState = self.algorithm.init_server()
+        return server
 
     def round_info(self, rnd: int) -> RoundInfo:
         """Round `rnd` of this run, as the algorithm sees it."""
@@ -112,9 +113,10 @@ def build_algorithm(cfg: ExperimentConfig, data: FederatedData, device: torch.de
                                       num_clients=len(data.clients))
 
 
-def method_params(cfg: ExperimentConfig) -> Any:
+def method_params(cfg: ExperimentConfig) -> Any:  # Any: the method's own Params dataclass
     """The method's `Params` built from `cfg.method_args` and validated (unknown keys / bad values: ConfigError)."""
-    params: Any = from_dict(ALGORITHMS.get(cfg.method).Params, cfg.method_args, "method_args")
+    params: Any = from_dict(  # Any: as above
+        ALGORITHMS.get(cfg.method).Params, cfg.method_args, "method_args")
     if hasattr(params, "validate"):
         params.validate()
     return params

@@ -12,18 +12,17 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset
 
 from fedhet.algorithms.base import AnyAlgorithm
 from fedhet.config import TrainConfig
 from fedhet.core.contract import ClientContext, ClientState, FitStats, LocalPass, OptimSpec, PassStats, Work, minimize
 from fedhet.core.messages import Message
 from fedhet.core.optim import build_optimizer, make_optimizer  # noqa: F401  (make_optimizer: engine.local's API)
-from fedhet.core.params import frozen
+from fedhet.core.params import OptimState, frozen
+from fedhet.core.protocols import SampleSet
 from fedhet.engine.batching import batches
 from fedhet.engine.evaluation import evaluate
 from fedhet.engine.finite import DIVERGED_ADVICE, check_finite
@@ -34,7 +33,7 @@ from fedhet.losses.descent import descend
 class PassOptimizers:
     """The optimizers of one running pass (`fedhet.core.contract.Optimizers`)."""
 
-    def __init__(self, specs: dict[str, OptimSpec], saved: dict[str, dict[str, Any]], where: str) -> None:
+    def __init__(self, specs: dict[str, OptimSpec], saved: dict[str, OptimState], where: str) -> None:
         self.specs, self.where = specs, where
         self.optims = {name: build_optimizer(spec) for name, spec in specs.items()}
         self.steps = dict.fromkeys(specs, 0)  # optimizer steps taken in this pass (for `lr_schedule`)
@@ -71,14 +70,14 @@ class PassOptimizers:
             for group in self.optims[name].param_groups:
                 group["lr"] = spec.lr * spec.lr_schedule(self.steps[name])
 
-    def persisted(self) -> dict[str, dict[str, Any]]:
+    def persisted(self) -> dict[str, OptimState]:
         """Copies of the states of the optimizers marked `persist`."""
         return {name: copy.deepcopy(self.optims[name].state_dict()) for name, spec in self.specs.items()
                 if spec.persist}
 
 
-def run_pass(local_pass: LocalPass, saved: dict[str, dict[str, Any]], where: str, default_data: Dataset[Any],
-             device: torch.device) -> tuple[PassStats, dict[str, dict[str, Any]]]:
+def run_pass(local_pass: LocalPass, saved: dict[str, OptimState], where: str, default_data: SampleSet,
+             device: torch.device) -> tuple[PassStats, dict[str, OptimState]]:
     """Run one pass over its mini-batches; returns its statistics and its persisted optimizer states."""
     with frozen(local_pass.frozen):
         optimizers = PassOptimizers(local_pass.optimizers, saved, where)
@@ -99,7 +98,7 @@ def where_of(alg: AnyAlgorithm, ctx: ClientContext, local_pass: LocalPass) -> st
 
 
 def fit_client(alg: AnyAlgorithm, msg: Message, state: ClientState, ctx: ClientContext,
-               check: Dataset[Any] | None = None) -> tuple[Message, ClientState]:
+               check: SampleSet | None = None) -> tuple[Message, ClientState]:
     """One client's local training from the received `msg`: start, passes, finish. `state` is not modified.
 
     `check`: a split to evaluate the locally trained model on (FedPop's score, the validation loss of w_i^k
@@ -119,7 +118,7 @@ def fit_client(alg: AnyAlgorithm, msg: Message, state: ClientState, ctx: ClientC
     return reply, dataclasses.replace(new_state, optim=optim)
 
 
-def add_check(reply: Message, alg: AnyAlgorithm, work: Work, ctx: ClientContext, check: Dataset[Any]) -> None:
+def add_check(reply: Message, alg: AnyAlgorithm, work: Work, ctx: ClientContext, check: SampleSet) -> None:
     """`check_loss` / `check_accuracy` of the locally trained model on `check` into the reply's scalars, on a
     forked RNG (FedPop's score; every runtime's fit with a check split)."""
     with torch.random.fork_rng(devices=[]):
@@ -138,13 +137,13 @@ def deployed_model(alg: AnyAlgorithm, msg: Message, state: ClientState, ctx: Cli
 
 
 def evaluate_client(alg: AnyAlgorithm, msg: Message, state: ClientState, ctx: ClientContext,
-                    dataset: Dataset[Any]) -> dict[str, float]:
+                    dataset: SampleSet) -> dict[str, float]:
     """Metrics of the client's deployed model on one of its splits."""
     model, batch_size = deployed_model(alg, msg, state, ctx)
     return evaluate(model, dataset, ctx.device, batch_size=batch_size, classes=ctx.data.classes)
 
 
-def train_local(model: nn.Module, dataset: Dataset[Any], cfg: TrainConfig, device: torch.device,
+def train_local(model: nn.Module, dataset: SampleSet, cfg: TrainConfig, device: torch.device,
                 loss_fn: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy,
                 where: str = "local training", lr: float | None = None) -> PassStats:
     """One pass of local SGD on a single model (benchmarks and tests): the engine's loop, nothing else."""

@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from torch.utils.data import ConcatDataset
 
+from fedhet.atomic import JSONDict
 from fedhet.config import ExperimentConfig
 from fedhet.core.contract import ServerState
 from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
@@ -17,7 +17,7 @@ from fedhet.engine.driver import Interrupted as Interrupted  # (re-exported: cal
 from fedhet.engine.driver import PhaseHook as PhaseHook
 from fedhet.engine.driver import RoundDriver
 from fedhet.engine.evaluation import evaluate
-from fedhet.engine.executor import ClientExecutor
+from fedhet.engine.executor import ClientExecutor, ClientStates
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.rounds import fit_and_aggregate, sample_round
 from fedhet.engine.rundir import RunDirectory, client_rows
@@ -36,7 +36,7 @@ class RunResult:
     run_dir: Path
     rounds_completed: int
     final: dict[str, dict[str, float]]
-    summary: dict[str, Any]
+    summary: JSONDict
 
 
 def run_dir_for(cfg: ExperimentConfig) -> Path:
@@ -54,8 +54,8 @@ class Committed:
     states are kept by reference; algorithms return new state dicts from `fit` / `aggregate`."""
 
     round: int
-    server: Any
-    clients: Any
+    server: ServerState
+    clients: ClientStates
     num_rows: int
     elapsed: float
 
@@ -76,8 +76,8 @@ class RoundLoop(RoundDriver[RunResult]):
         self.clients = clients
         self.alg = exp.algorithm
         self.server = exp.init_server()
-        self.metrics: list[dict[str, Any]] = []
-        self.config_changes: list[dict[str, Any]] = []
+        self.metrics: list[JSONDict] = []
+        self.config_changes: list[JSONDict] = []
         self.traffic: dict[str, float] = {}  # the last trained round's, per client (core.messages.traffic)
         self.train_losses: dict[str, float] = {}  # the last trained round's, per client name (`train_loss`)
         self.trackers: list[Tracker] = []  # run.loggers (engine/tracking.py), open while `run` runs
@@ -89,7 +89,7 @@ class RoundLoop(RoundDriver[RunResult]):
         return Committed(self.round, self.server, self.clients.get_states(), len(self.metrics), self.elapsed)
 
     # -------------------------------------------------------------- persistence
-    def checkpoint_config(self) -> dict[str, Any]:
+    def checkpoint_config(self) -> JSONDict:
         """The config a checkpoint is fingerprinted with (the runtime's version of it)."""
         return self.clients.checkpoint_config(self.cfg.to_dict())
 

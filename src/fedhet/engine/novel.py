@@ -14,13 +14,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
 
 from tqdm.auto import tqdm
 
-from fedhet.atomic import atomic_write_text, strict_json
+from fedhet.atomic import JSONDict, atomic_write_text, strict_json
 from fedhet.config import NovelConfig
-from fedhet.core.contract import LocalPass, NovelModel, OptimSpec, minimize
+from fedhet.core.contract import LocalPass, NovelModel, OptimSpec, ServerState, minimize
+from fedhet.core.params import OptimState
 from fedhet.core.seeding import numpy_rng, seeded
 from fedhet.engine.evaluation import evaluate
 from fedhet.engine.experiment import Experiment
@@ -48,7 +48,7 @@ def held_out(cfg: NovelConfig, names: list[str], seed: int) -> list[int]:
     return ids
 
 
-def generic_novel_model(exp: Experiment, server: Any, client_id: int, part: str) -> NovelModel:
+def generic_novel_model(exp: Experiment, server: ServerState, client_id: int, part: str) -> NovelModel:
     """The client's deployed model (its state fresh from `init_client`), with `part` trainable."""
     alg, rounds = exp.algorithm, exp.config.rounds
     msg = alg.broadcast(server, exp.round_info(rounds), client_id)
@@ -64,7 +64,7 @@ def generic_novel_model(exp: Experiment, server: Any, client_id: int, part: str)
     return NovelModel(model, params, "personal")
 
 
-def novel_model(exp: Experiment, server: Any, client_id: int, part: str, trained: list[int]) -> NovelModel:
+def novel_model(exp: Experiment, server: ServerState, client_id: int, part: str, trained: list[int]) -> NovelModel:
     """The method's own novel-client model when it has one for `part`, else the generic one ("auto": personal
     parameters of a personalized method that keeps some, else all)."""
     own = exp.algorithm.novel_model(server, exp.context(client_id, exp.config.rounds), part, trained)
@@ -94,7 +94,7 @@ def train_novel(exp: Experiment, novel: NovelModel, client_id: int, cfg: NovelCo
     step = LocalPass("novel", minimize(lambda x, y: cross_entropy(model, x, y)), {"model": spec}, train,
                      modules=(model,), frozen=frozen)
     accuracies = [evaluate(model, data.test, device)["accuracy"]]
-    saved: dict[str, dict[str, Any]] = {}
+    saved: dict[str, OptimState] = {}
     for epoch in range(1, cfg.epochs + 1):
         with seeded(exp.config.seed, "novel", client_id, epoch):
             _, saved = run_pass(step, saved, f"novel client {data.name} epoch {epoch}", data.train, device)
@@ -102,21 +102,21 @@ def train_novel(exp: Experiment, novel: NovelModel, client_id: int, cfg: NovelCo
     return accuracies
 
 
-def adapt_client(exp: Experiment, server: Any, client_id: int, cfg: NovelConfig, trained: list[int]
-                 ) -> dict[str, Any]:
+def adapt_client(exp: Experiment, server: ServerState, client_id: int, cfg: NovelConfig, trained: list[int]
+                 ) -> JSONDict:
     """Adapt one held-out client: its accuracy per epoch, best, final and epochs to reach."""
     novel = novel_model(exp, server, client_id, cfg.part, trained)
     return client_row(exp.data.clients[client_id].name, novel, train_novel(exp, novel, client_id, cfg), cfg.reach)
 
 
-def client_row(name: str, novel: NovelModel, accuracies: list[float], reach: float) -> dict[str, Any]:
+def client_row(name: str, novel: NovelModel, accuracies: list[float], reach: float) -> JSONDict:
     """One adapted client's novel.json row: accuracy per epoch, best, final and epochs to reach."""
     return {"client": name, "part": novel.part, "trainable_params": sum(p.numel() for p in novel.params),
             "accuracy": accuracies, "final": accuracies[-1], "best": max(accuracies),
             "epochs_to_reach": epochs_to_reach(accuracies, reach)}
 
 
-def summarize(rows: list[dict[str, Any]], cfg: NovelConfig, default_lr: float) -> dict[str, Any]:
+def summarize(rows: list[JSONDict], cfg: NovelConfig, default_lr: float) -> JSONDict:
     """The novel.json entry of adapted clients: the settings, their rows and the means over them."""
     n = len(rows)
     return {"part": rows[0]["part"], "epochs": cfg.epochs, "lr": cfg.lr or default_lr, "reach": cfg.reach,
@@ -126,14 +126,14 @@ def summarize(rows: list[dict[str, Any]], cfg: NovelConfig, default_lr: float) -
             "mean_accuracy": [sum(r["accuracy"][e] for r in rows) / n for e in range(cfg.epochs + 1)]}
 
 
-def merge_novel(run_dir: Path, key: str, result: dict[str, Any]) -> None:
+def merge_novel(run_dir: Path, key: str, result: JSONDict) -> None:
     """Add (or replace) entry `key` of run_dir/novel.json, atomically; the other entries stay."""
     path = run_dir / NOVEL_FILE
     existing = json.loads(path.read_text()) if path.is_file() else {}
     atomic_write_text(path, strict_json({**existing, key: result}, indent=1))
 
 
-def adapt_novel(exp: Experiment, server: Any, run_dir: Path, progress: bool = True) -> dict[str, Any]:
+def adapt_novel(exp: Experiment, server: ServerState, run_dir: Path, progress: bool = True) -> JSONDict:
     """Adapt every held-out client (`exp.arrangement.novel`); merge the result into run_dir/novel.json under its
     part, and return it."""
     cfg = exp.config.novel

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from fedhet.algorithms.base import AnyAlgorithm
+from fedhet.core.contract import ServerState
 from fedhet.core.messages import Message, Reply, traffic
 from fedhet.core.seeding import seeded
 from fedhet.engine.experiment import Experiment
@@ -21,7 +22,7 @@ Fit = Callable[[int, dict[int, Message]], list[Reply]]
 class TrainedRound:
     """The server state after aggregation, the clients' replies and the round's traffic per client."""
 
-    server: Any
+    server: ServerState
     replies: list[Reply]
     traffic: dict[str, float] = field(default_factory=dict)
 
@@ -34,13 +35,14 @@ def sample_round(exp: Experiment, num_train_clients: int, rnd: int) -> list[int]
                                             cfg.server.min_fit_clients)]
 
 
-def broadcast_round(exp: Experiment, alg: Any, server: Any, rnd: int, sampled: list[int]) -> dict[int, Message]:
+def broadcast_round(exp: Experiment, alg: AnyAlgorithm, server: ServerState, rnd: int, sampled: list[int]
+                    ) -> dict[int, Message]:
     """Each sampled client's message of round `rnd`."""
     info = exp.round_info(rnd)
     return {cid: alg.broadcast(server, info, cid) for cid in sampled}
 
 
-def aggregate_round(exp: Experiment, alg: Any, server: Any, rnd: int, messages: dict[int, Message],
+def aggregate_round(exp: Experiment, alg: AnyAlgorithm, server: ServerState, rnd: int, messages: dict[int, Message],
                     replies: list[Reply]) -> TrainedRound:
     """Aggregate the replies under the (seed, round) stream; a non-finite server state is a
     TrainingDivergedError."""
@@ -54,7 +56,8 @@ def aggregate_round(exp: Experiment, alg: Any, server: Any, rnd: int, messages: 
     return TrainedRound(server, replies, flows)
 
 
-def fit_and_aggregate(exp: Experiment, alg: Any, server: Any, rnd: int, sampled: list[int], fit: Fit) -> TrainedRound:
+def fit_and_aggregate(exp: Experiment, alg: AnyAlgorithm, server: ServerState, rnd: int, sampled: list[int],
+                      fit: Fit) -> TrainedRound:
     """Broadcast to `sampled`, train them with `fit` (an executor's `fit`, or one bound to per-client copies of
     the method), aggregate (`aggregate_round`)."""
     messages = broadcast_round(exp, alg, server, rnd, sampled)

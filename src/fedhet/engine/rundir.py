@@ -15,11 +15,11 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TypeVar
 
 import yaml
 
-from fedhet.atomic import atomic_write_text, strict_json
+from fedhet.atomic import JSONDict, atomic_write_text, strict_json
 from fedhet.errors import CheckpointError, FedhetError
 
 METRIC_KEYS = ("accuracy", "balanced_accuracy", "loss")
@@ -92,16 +92,16 @@ class RunDirectory:
     def is_finished(self) -> bool:
         return self.summary_path.is_file()
 
-    def write_config(self, config: dict[str, Any]) -> None:
+    def write_config(self, config: JSONDict) -> None:
         _guard(self.config_path, lambda: atomic_write_text(self.config_path, yaml.safe_dump(config, sort_keys=False)))
 
-    def write_metrics(self, rows: list[dict[str, Any]]) -> None:
+    def write_metrics(self, rows: list[JSONDict]) -> None:
         """Replace metrics.jsonl with `rows` (the checkpoint holds the same rows, so this file can always be
         rebuilt from it)."""
         text = "".join(strict_json(r) + "\n" for r in rows)
         _guard(self.metrics_path, lambda: atomic_write_text(self.metrics_path, text))
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
+    def write_summary(self, summary: JSONDict) -> None:
         _guard(self.summary_path, lambda: atomic_write_text(self.summary_path, strict_json(summary, indent=2)))
 
     def clear(self) -> None:
@@ -207,11 +207,11 @@ def claimed(run_dir: Path, resume: bool, overwrite: bool, checkpoint: str = LATE
         yield rundir
 
 
-def client_rows(rnd: int, split: str, per_client: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+def client_rows(rnd: int, split: str, per_client: dict[str, dict[str, float]]) -> list[JSONDict]:
     """Metric rows for one round and split, plus the uniform client average ('avg') as in the papers."""
     rows = [{"round": rnd, "client": name, "split": split, **m} for name, m in per_client.items()]
     if per_client:
-        avg: dict[str, Any] = {"round": rnd, "client": "avg", "split": split}
+        avg: JSONDict = {"round": rnd, "client": "avg", "split": split}
         for key in METRIC_KEYS:
             values = [m[key] for m in per_client.values() if not math.isnan(m[key])]
             avg[key] = sum(values) / len(values) if values else float("nan")

@@ -49,7 +49,7 @@ def _subclasses(cls: type) -> Iterator[type]:
         yield from _subclasses(sub)
 
 
-def _named_types(hint: Any) -> Iterator[type]:
+def _named_types(hint: Any) -> Iterator[type]:  # Any: any annotation object (typing forms)
     """The dataclass and enum types an annotation names, at any depth (`dict[str, X] | None` gives X)."""
     if isinstance(hint, type) and (dataclasses.is_dataclass(hint) or issubclass(hint, enum.Enum)):
         yield hint
@@ -91,12 +91,12 @@ def _reason(err: Exception) -> str:
     return lines[0].rstrip(".") if lines else type(err).__name__
 
 
-def load_trusted(source: str | Path | bytes | IO[bytes], what: str) -> Any:
+def load_trusted(source: str | Path | bytes | IO[bytes], what: str) -> Any:  # Any: what torch.load returns
     """The object saved with `torch.save` in `source` (a path, bytes or a binary file), on the CPU; an
     `UntrustedFileError` naming `what` when it holds an object of a type not allowed (see the module docstring):
     nothing of it is rebuilt, no code of it runs."""
     stream = io.BytesIO(source) if isinstance(source, bytes) else source
-    allowed: list[Callable[..., Any] | tuple[Callable[..., Any], str]] = list(safe_types())
+    allowed: list[Callable[..., Any] | tuple[Callable[..., Any], str]] = list(safe_types())  # Any: torch's type
     try:
         with _LOCK, torch.serialization.safe_globals(allowed):
             return torch.load(stream, map_location="cpu", weights_only=True)

@@ -24,7 +24,7 @@ class StopSignals:
     def __init__(self) -> None:
         self._deferring = 0
         self.pending: int | None = None  # the signal received while deferring, if any
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, Any] = {}  # Any: signal.getsignal's result (typeshed's private _HANDLER)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self._deferring:

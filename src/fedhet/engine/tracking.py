@@ -21,9 +21,9 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from fedhet.atomic import atomic_write_text
+from fedhet.atomic import JSONDict, atomic_write_text
 from fedhet.errors import ConfigError
 
 EXTRAS = {"tensorboard": ("tensorboard", "pip install 'fedhet[tracking]' (or pip install tensorboard)"),
@@ -44,7 +44,7 @@ class RoundRecord:
         return {**out, **self.scalars}
 
 
-def round_record(rnd: int, rows: Sequence[Mapping[str, Any]], train_losses: Mapping[str, float], seconds: float,
+def round_record(rnd: int, rows: Sequence[JSONDict], train_losses: Mapping[str, float], seconds: float,
                  traffic: Mapping[str, float]) -> RoundRecord:
     """The record of round `rnd` from its metric rows (metrics.jsonl's), the clients' reported training losses,
     the round's wall time and its traffic."""
@@ -132,7 +132,7 @@ class MLflowTracker:
 class WandbTracker:
     """A W&B run in project `name`, its files under the run folder (WANDB_MODE=offline: no network)."""
 
-    def __init__(self, run_dir: Path, resumed_round: int, name: str, config: Mapping[str, Any]) -> None:
+    def __init__(self, run_dir: Path, resumed_round: int, name: str, config: JSONDict) -> None:
         import wandb
 
         self.run = wandb.init(project=name, dir=str(run_dir), name=run_dir.name, config=dict(config))
@@ -157,7 +157,7 @@ def check_loggers(names: Iterable[str]) -> None:
 
 
 def open_trackers(names: Sequence[str], run_dir: Path, resumed_round: int, name: str,
-                  config: Mapping[str, Any]) -> list[Tracker]:
+                  config: JSONDict) -> list[Tracker]:
     """The trackers `run.loggers` names, continuing after `resumed_round` (0: a new run)."""
     check_loggers(names)
     makers: dict[str, Callable[[], Tracker]] = {
