@@ -66,13 +66,13 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
-def strict_json(obj: Any, indent: int | None = None) -> str:
+def strict_json(obj: Any, indent: int | None = None) -> str:  # Any: any JSON-serialisable value
     """JSON any parser reads: NaN and +-inf, which `json.dumps` writes as bare `NaN` / `Infinity` (not JSON),
     become null; readers take a null metric as missing (fedhet.report reads it as NaN)."""
     return json.dumps(_finite(obj), indent=indent, allow_nan=False)
 
 
-def _finite(obj: Any) -> Any:
+def _finite(obj: Any) -> Any:  # Any: a JSON value, mapped leaf by leaf
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
@@ -82,7 +82,7 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> Path:
+def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> Path:  # Any: anything torch.save takes
     """torch.save, atomically."""
     buf = io.BytesIO()
     torch.save(obj, buf)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-from torch.utils.data import Dataset
 
 from fedhet.algorithms.base import AnyAlgorithm
+from fedhet.atomic import JSONDict
 from fedhet.core.contract import ClientState
 from fedhet.core.messages import Message, Reply
+from fedhet.core.protocols import SampleSet
 from fedhet.core.seeding import EVALUATE, FIT, client_stream, seeded
 from fedhet.data.federated import ClientData
 from fedhet.engine.experiment import Experiment
@@ -98,7 +97,7 @@ class InProcessClients:
         results = {}
         for cid in sorted(messages):
             client = self.exp.data.clients[cid]
-            dataset: Dataset[Any] | None = getattr(client, split)
+            dataset: SampleSet | None = getattr(client, split)
             if dataset is None:
                 continue
             state = self.states[self.exp.arrangement.state_of[cid]]
@@ -113,12 +112,12 @@ class InProcessClients:
     def on_disk(self) -> None:
         """Nothing to track: the checkpoint holds the states themselves."""
 
-    def checkpoint_config(self, config: dict[str, Any]) -> dict[str, Any]:
+    def checkpoint_config(self, config: JSONDict) -> JSONDict:
         return config
 
-    def get_states(self) -> dict[int, Any]:
+    def get_states(self) -> dict[int, ClientState]:
         return self.states
 
-    def set_states(self, states: dict[int, Any]) -> None:
+    def set_states(self, states: dict[int, ClientState]) -> None:
         self.states = dict(states)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from math import gcd
-from typing import Any
 
 import torch
 from torch.func import vmap
@@ -23,9 +22,10 @@ from torch.utils._pytree import tree_map
 
 from fedhet.algorithms.base import Algorithm, AnyAlgorithm
 from fedhet.core.contract import LocalPass, LossStep, PassStats
+from fedhet.core.params import OptimState
 from fedhet.runtimes.batched.data import Batch, BatchStream
 from fedhet.runtimes.batched.lanes import PassResult, PassRunner
-from fedhet.runtimes.batched.optim import Tensors, clip_grad_norm, expand_lanes
+from fedhet.runtimes.batched.optim import Tensors, TensorTree, clip_grad_norm, expand_lanes
 from fedhet.runtimes.batched.rule import Layout
 from fedhet.runtimes.batched.step import RoutedWork, stage_grads
 
@@ -89,14 +89,14 @@ class AccumulatingRunner(PassRunner):
     """`PassRunner` whose lanes take micro-batch steps of `rows` rows together (module docstring)."""
 
     def __init__(self, routed: RoutedWork, passes: Sequence[LocalPass], layout: Layout,
-                 saved: Sequence[dict[str, Any]], state: Tensors, rows: int) -> None:
+                 saved: Sequence[dict[str, OptimState]], state: Tensors, rows: int) -> None:
         super().__init__(routed, passes, layout, saved, state)
         step = self.template.step
         assert isinstance(step, LossStep) and len(step.stages) == 1, "a single-stage LossStep (can_accumulate)"
         (loss_of, self.name), = step.stages
         self.rows, self.grads_fn = rows, stage_grads(routed, loss_of, self.optims[self.name].keys, None)
 
-    def run(self, streams: Sequence[BatchStream], tensors: dict[str, Any]) -> PassResult:
+    def run(self, streams: Sequence[BatchStream], tensors: dict[str, TensorTree]) -> PassResult:
         """Every lane's pass in micro-batches; statistics as `PassRunner.run` (a batch's loss is the weighted sum
         of its parts' losses)."""
         dev = next(iter(self.state.values())).device
@@ -122,7 +122,7 @@ class AccumulatingRunner(PassRunner):
                  for i, s in enumerate(streams)]
         return PassResult(stats, [self._persisted(i) for i in range(self.lanes)], bad.tolist())
 
-    def _accumulate(self, idx: list[int], drawn: dict[int, Part], tensors: dict[str, Any],
+    def _accumulate(self, idx: list[int], drawn: dict[int, Part], tensors: dict[str, TensorTree],
                     acc: dict[str, torch.Tensor], batch_loss: torch.Tensor) -> None:
         """The lanes `idx` (equal part sizes): acc += share * gradient, batch_loss += share * loss."""
         g = self.gather(idx, [drawn[i][:2] for i in idx], tensors, batch_loss.device)

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 from fedhet.config import TrainConfig
 from fedhet.core.batches import num_steps
+from fedhet.core.protocols import SampleSet
 from fedhet.core.seeding import derive_seed
 from fedhet.data.datasets import IndexedDataset
 from fedhet.engine.batching import batches, pass_indices
@@ -45,15 +45,15 @@ class ClientRng:
     def __init__(self, seed: int, rnd: int, client_id: int, purpose: str = "fit") -> None:
         self._value = derive_seed(seed, rnd, client_id, purpose)
         self._torch: torch.Tensor | None = None  # None: still the seeded state
-        self._numpy: Any = None
-        self._python: Any = None
+        self._numpy: Any = None  # Any: np.random.get_state()'s result (a dict or a tuple in numpy's stubs)
+        self._python: Any = None  # Any: random.getstate()'s tuple[Any, ...]
 
     @staticmethod
-    def _capture() -> tuple[torch.Tensor, Any, Any]:
+    def _capture() -> tuple[torch.Tensor, Any, Any]:  # Any: numpy's and random's RNG states, loosely typed
         return torch.get_rng_state(), np.random.get_state(), random.getstate()
 
     @staticmethod
-    def _restore(state: tuple[torch.Tensor, Any, Any]) -> None:
+    def _restore(state: tuple[torch.Tensor, Any, Any]) -> None:  # Any: as _capture's
         torch.set_rng_state(state[0])
         np.random.set_state(state[1])
         random.setstate(state[2])
@@ -126,7 +126,7 @@ class BatchStream:
     batches are drawn (`engine.batching.pass_indices`, the same draws), and up to `AHEAD_BYTES` of them are read
     with one `IndexedDataset.batch` and split, the same values as a read per batch."""
 
-    def __init__(self, rng: ClientRng, dataset: Dataset[Any], cfg: TrainConfig) -> None:
+    def __init__(self, rng: ClientRng, dataset: SampleSet, cfg: TrainConfig) -> None:
         self.rng = rng
         self.steps = num_steps(len(dataset), cfg)  # type: ignore[arg-type]
         self.drawn = 0

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch.utils._pytree import tree_map
 
 from fedhet.core.contract import LocalPass, LossStep, OptimSpec, PassStats
-from fedhet.core.params import frozen
+from fedhet.core.params import OptimState, frozen
 from fedhet.runtimes.batched.data import Batch, BatchStream
-from fedhet.runtimes.batched.optim import FunctionalOptimizer, OptState, Tensors, for_lanes
+from fedhet.runtimes.batched.optim import FunctionalOptimizer, OptState, Tensors, TensorTree, for_lanes
 from fedhet.runtimes.batched.rule import Layout
 from fedhet.runtimes.batched.step import RoutedWork, StepFn, stage_step
 
@@ -35,7 +34,7 @@ class PassResult:
     whether a stage's loss became NaN / inf."""
 
     stats: list[PassStats]
-    optim: list[dict[str, dict[str, Any]]]
+    optim: list[dict[str, OptimState]]
     diverged: list[bool]
 
 
@@ -49,7 +48,7 @@ class Gathered:
     x: torch.Tensor
     y: torch.Tensor
     state: Tensors
-    tensors: dict[str, Any]
+    tensors: dict[str, TensorTree]
 
     def pick(self, v: torch.Tensor) -> torch.Tensor:
         return v if self.whole else v.index_select(0, self.ix)
@@ -70,7 +69,7 @@ class PassRunner:
     `state` (stacked, on the device) is updated in place."""
 
     def __init__(self, routed: RoutedWork, passes: Sequence[LocalPass], layout: Layout,
-                 saved: Sequence[dict[str, Any]], state: Tensors) -> None:
+                 saved: Sequence[dict[str, OptimState]], state: Tensors) -> None:
         template = passes[0]
         if not isinstance(template.step, LossStep):
             raise TypeError("the batched runtime runs LossStep passes only (rule.check_passes)")
@@ -85,7 +84,8 @@ class PassRunner:
             o = self.optims[name]
             self.steps.append((name, stage_step(routed, loss_of, o.keys, o.fn, o.spec.grad_clip)))
 
-    def _optim(self, specs: list[OptimSpec], layout: Layout, saved: Sequence[dict[str, Any]], name: str) -> Optim:
+    def _optim(self, specs: list[OptimSpec], layout: Layout, saved: Sequence[dict[str, OptimState]], name: str
+               ) -> Optim:
         """Stacked optimizer state: fresh, or each lane's persisted torch state where it has one; the lanes'
         own lr / momentum / weight decay in its "hp" slot where they differ."""
         spec = specs[0]
@@ -104,7 +104,7 @@ class PassRunner:
                    for slot in states[0]}
         return Optim(spec, fn, keys, stacked)
 
-    def run(self, streams: Sequence[BatchStream], tensors: dict[str, Any]) -> PassResult:
+    def run(self, streams: Sequence[BatchStream], tensors: dict[str, TensorTree]) -> PassResult:
         """Every lane's steps (see the module docstring); a lane with a NaN / inf loss at any stage is marked
         diverged (the caller fails the fit or, for a tuning population, that member only)."""
         dev = next(iter(self.state.values())).device
@@ -127,7 +127,8 @@ class PassRunner:
                  for i in range(self.lanes)]
         return PassResult(stats, [self._persisted(i) for i in range(self.lanes)], bad.tolist())
 
-    def gather(self, idx: list[int], batches: list[Batch], tensors: dict[str, Any], dev: torch.device) -> Gathered:
+    def gather(self, idx: list[int], batches: list[Batch], tensors: dict[str, TensorTree], dev: torch.device
+               ) -> Gathered:
         """The lanes `idx` of one step (equal batch sizes, `batches` in their order): see `Gathered`."""
         ix = torch.tensor(idx, device=dev)
         whole = len(idx) == self.lanes
@@ -143,7 +144,7 @@ class PassRunner:
         trained = {k: state[k] for k in self.grad_keys}
         return trained, {k: v for k, v in state.items() if k not in trained}
 
-    def group_step(self, idx: list[int], drawn: dict[int, Batch], tensors: dict[str, Any], dev: torch.device
+    def group_step(self, idx: list[int], drawn: dict[int, Batch], tensors: dict[str, TensorTree], dev: torch.device
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of the lanes `idx` (equal batch sizes): every stage in turn; returns the reported (first
         stage's) loss and whether every stage's loss was finite, per lane. Inside `routed.guarded()` (rule 3)."""
@@ -170,13 +171,13 @@ class PassRunner:
         assert reported is not None  # a LossStep has at least one stage
         return reported, finite
 
-    def guarded_step(self, idx: list[int], drawn: dict[int, Batch], tensors: dict[str, Any], dev: torch.device
+    def guarded_step(self, idx: list[int], drawn: dict[int, Batch], tensors: dict[str, TensorTree], dev: torch.device
                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """`group_step` inside `routed.guarded()` (one dry step: runtime.py's probe)."""
         with self.routed.guarded():
             return self.group_step(idx, drawn, tensors, dev)
 
-    def _persisted(self, i: int) -> dict[str, dict[str, Any]]:
+    def _persisted(self, i: int) -> dict[str, OptimState]:
         """Lane i's states of the optimizers marked `persist`, as torch state_dicts."""
         out = {}
         for name, o in self.optims.items():

@@ -40,8 +40,10 @@ import torch
 
 from fedhet.config import TrainConfig
 from fedhet.core.contract import OptimSpec
+from fedhet.core.params import OptimState
 
 Tensors = dict[str, torch.Tensor]
+TensorTree = Any  # Any: a tensor, or a nested tuple / list / dict of tensors (a torch pytree)
 OptState = dict[str, Tensors]  # slot -> parameter name -> tensor; slot "step" maps "" -> count
 HP = "hp"  # the slot of per-lane hyperparameters: name -> one value per lane (float64)
 Scalar = float | torch.Tensor
@@ -113,7 +115,7 @@ class SGD:
             new_state[HP] = state[HP]
         return new_p, new_state
 
-    def to_torch(self, state: OptState, names: list[str]) -> dict[str, Any]:
+    def to_torch(self, state: OptState, names: list[str]) -> OptimState:
         """One client's state as `torch.optim.SGD.state_dict()` (no entries before the first step), with the
         client's own values where they are per lane."""
         own = _own(self, state)
@@ -125,7 +127,7 @@ class SGD:
                  "differentiable": False, "fused": None, "params": list(range(len(names)))}
         return {"state": entries, "param_groups": [group]}
 
-    def from_torch(self, saved: dict[str, Any], params: Tensors, hp: Tensors | None = None) -> OptState:
+    def from_torch(self, saved: OptimState, params: Tensors, hp: Tensors | None = None) -> OptState:
         """One client's state from a `torch.optim.SGD.state_dict()` over `params` (in order)."""
         state = self.init(params, hp=hp)
         entries = saved.get("state", {})
@@ -190,7 +192,7 @@ class Adam:
             new_state[HP] = hp
         return new_p, new_state
 
-    def to_torch(self, state: OptState, names: list[str]) -> dict[str, Any]:
+    def to_torch(self, state: OptState, names: list[str]) -> OptimState:
         """One client's state as `torch.optim.Adam(W).state_dict()` (no entries before the first step), with the
         client's own values where they are per lane."""
         own = _own(self, state)
@@ -205,7 +207,7 @@ class Adam:
                  "fused": None, "decoupled_weight_decay": self.decoupled, "params": list(range(len(names)))}
         return {"state": entries, "param_groups": [group]}
 
-    def from_torch(self, saved: dict[str, Any], params: Tensors, hp: Tensors | None = None) -> OptState:
+    def from_torch(self, saved: OptimState, params: Tensors, hp: Tensors | None = None) -> OptState:
         """One client's state from a `torch.optim.Adam(W).state_dict()` over `params` (in order)."""
         state = self.init(params, hp=hp)
         entries = saved.get("state", {})
@@ -251,7 +253,8 @@ def for_lanes(specs: Sequence[OptimSpec]) -> tuple[FunctionalOptimizer, Tensors 
         return first, None
     names = LANED if isinstance(first, SGD) else ("lr", "weight_decay")
     hp = {n: torch.tensor([float(getattr(s, n)) for s in specs], dtype=torch.float64) for n in names}
-    present: dict[str, Any] = {n: float(bool(hp[n].ne(0).any())) for n in names if n != "lr"}  # terms that exist
+    present: dict[str, Any] = {  # Any: **kwargs of replace(), whose fields mypy types one by one; terms that exist
+        n: float(bool(hp[n].ne(0).any())) for n in names if n != "lr"}
     return dataclasses.replace(first, **present), hp
 
 
@@ -261,7 +264,8 @@ O = TypeVar("O", "SGD", "Adam")
 def _own(fn: O, state: OptState) -> O:
     """`fn` with one client's per-lane values (its state's 0-dim "hp" entries) as its own fields."""
     hp = state.get(HP)
-    values: dict[str, Any] = {} if hp is None else {n: float(v) for n, v in hp.items()}
+    values: dict[str, Any] = (  # Any: **kwargs of replace(), as in for_lanes
+        {} if hp is None else {n: float(v) for n, v in hp.items()})
     return dataclasses.replace(fn, **values)
 
 

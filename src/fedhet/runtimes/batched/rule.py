@@ -30,8 +30,9 @@ Anything else is refused with one ConfigError naming `run.runtime=inprocess` and
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
@@ -41,6 +42,7 @@ from fedhet.algorithms.base import Algorithm, AnyAlgorithm
 from fedhet.config import TrainConfig
 from fedhet.core.contract import LocalPass, LossStep, OptimSpec, Work
 from fedhet.errors import ConfigError
+from fedhet.runtimes.batched.optim import TensorTree
 
 KINDS = ("sgd", "adam", "adamw")
 SCALARS = (int, float, str, bool, type(None))
@@ -48,7 +50,7 @@ LANED_TRAIN = ("lr", "momentum", "weight_decay", "local_epochs", "local_steps", 
 SERVER_SIDE = ("server_cfg", "server_opt")  # read by aggregation only, never by a client's fit
 
 
-def lane_group(alg: AnyAlgorithm) -> tuple[Any, ...]:
+def lane_group(alg: AnyAlgorithm) -> tuple[object, ...]:
     """Copies of one method (`with_hparams`) whose clients may be lanes of one vectorized step share this key:
     the same objects built in `__init__` and the same settings, except the ones the runtime lanes (the local
     optimizer's lr / momentum / weight decay, the step count and batch size: `LANED_TRAIN`; the method's
@@ -88,7 +90,7 @@ class Guard:
     def __init__(self, name: str) -> None:
         object.__setattr__(self, "_name", name)
 
-    def __getattribute__(self, attr: str) -> Any:
+    def __getattribute__(self, attr: str) -> Any:  # Any: object.__getattribute__'s signature (it always raises)
         raise GuardedRead(_guard_message(self, f"reads work.{object.__getattribute__(self, '_name')}.{attr}"))
 
     def __repr__(self) -> str:
@@ -101,8 +103,8 @@ def _guard_message(guard: Guard, use: str) -> str:
             f"tensors) or a scalar equal on every client, so it cannot be re-routed per client (rule 5)")
 
 
-def _refusing(op: str) -> Any:
-    def use(self: Guard, *_: Any) -> Any:
+def _refusing(op: str) -> Callable[..., NoReturn]:
+    def use(self: Guard, *_: object) -> NoReturn:
         raise GuardedRead(_guard_message(self, f"uses work.{object.__getattribute__(self, '_name')} ({op})"))
 
     return use
@@ -124,7 +126,7 @@ class LaneWork:
     work: Work
     passes: list[LocalPass]
     states: dict[str, torch.Tensor] = field(default_factory=dict)
-    tensors: dict[str, Any] = field(default_factory=dict)
+    tensors: dict[str, TensorTree] = field(default_factory=dict)
 
 
 @dataclass
@@ -137,7 +139,7 @@ class Layout:
     keys: dict[int, str]  # id(parameter or buffer) of lane 0's modules -> "field:name"
 
 
-def is_tensors(value: Any) -> bool:
+def is_tensors(value: object) -> bool:
     """A tensor, or a tuple / list / dict (nested) of tensors, with at least one: what the runtime re-routes."""
     if not isinstance(value, torch.Tensor | tuple | list | dict):
         return False
@@ -145,12 +147,12 @@ def is_tensors(value: Any) -> bool:
     return bool(leaves) and all(isinstance(t, torch.Tensor) for t in leaves)
 
 
-def is_constant(value: Any) -> bool:
+def is_constant(value: object) -> bool:
     """A scalar or an empty tuple / list / dict: left as it is in the vectorized loss when equal on every lane."""
     return isinstance(value, SCALARS) or (type(value) in (tuple, list, dict) and not value)
 
 
-def tensors_kind(value: Any) -> str:
+def tensors_kind(value: TensorTree) -> str:
     """The structure and the shapes of a tensors field (rule 6: equal on every lane)."""
     leaves, spec = tree_flatten(value)
     return f"tensors {spec} {[tuple(t.shape) for t in leaves]}"
@@ -172,7 +174,7 @@ def snapshot(work: Work, passes: list[LocalPass]) -> LaneWork:
 def shape_key(work: Work) -> tuple[tuple[str, str], ...]:
     """The kind of each Work field (module type, tensor shapes, None, other): clients with equal keys are
     trained together, so that a field set for some clients only (MOON's previous model) splits the chunk."""
-    def kind(value: Any) -> str:
+    def kind(value: object) -> str:
         if isinstance(value, nn.Module):
             return f"module {type(value).__name__}"
         if is_tensors(value):
@@ -255,7 +257,7 @@ def param_keys(method: str, local_pass: LocalPass, spec: OptimSpec, layout: Layo
     return [layout.keys[id(p)] for p in spec.params]
 
 
-def shape_of(lane: LaneWork, k: int, layout: Layout) -> tuple[Any, ...]:
+def shape_of(lane: LaneWork, k: int, layout: Layout) -> tuple[object, ...]:
     """What must agree between lanes for pass `k`: stages, optimizers, trained / frozen / train-mode keys."""
     p = lane.passes[k]
     if not isinstance(p.step, LossStep):
@@ -274,7 +276,7 @@ def _named(module: nn.Module, prefix: str) -> list[tuple[str, torch.Tensor]]:
     return [(f"{prefix}:{n}", t) for n, t in [*module.named_parameters(), *module.named_buffers()]]
 
 
-def same_function(f0: Any, fi: Any, work0: Work, worki: Work) -> bool:
+def same_function(f0: Any, fi: Any, work0: Work, worki: Work) -> bool:  # Any: functions, read by __code__
     """Rule 4: same code, same defaults, and closure cells holding the same objects except each lane's Work and
     its copy of the method (same `lane_group`)."""
     if f0 is fi:
@@ -287,7 +289,7 @@ def same_function(f0: Any, fi: Any, work0: Work, worki: Work) -> bool:
         _same_cell(a.cell_contents, b.cell_contents, work0, worki) for a, b in zip(cells0, cellsi, strict=True))
 
 
-def _same_cell(a: Any, b: Any, work0: Work, worki: Work) -> bool:
+def _same_cell(a: object, b: object, work0: Work, worki: Work) -> bool:
     if a is b or (a is work0 and b is worki):
         return True
     return isinstance(a, Algorithm) and isinstance(b, Algorithm) and lane_group(a) == lane_group(b)

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
 from torch.utils._pytree import tree_map
-from torch.utils.data import Dataset
 
 from fedhet.algorithms.base import AnyAlgorithm
 from fedhet.core.contract import FitStats, LocalPass, LossStep
 from fedhet.core.messages import Message, Reply
-from fedhet.core.params import frozen
+from fedhet.core.params import OptimState, frozen
+from fedhet.core.protocols import SampleSet
 from fedhet.core.seeding import client_stream
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.finite import DIVERGED_ADVICE
@@ -36,6 +36,7 @@ from fedhet.runtimes.batched.accumulate import AccumulatingRunner, can_accumulat
 from fedhet.runtimes.batched.data import BatchStream, ClientRng
 from fedhet.runtimes.batched.lanes import PassRunner
 from fedhet.runtimes.batched.memory import MB, clients_per_chunk, default_budget_bytes, lane_bytes
+from fedhet.runtimes.batched.optim import TensorTree
 from fedhet.runtimes.batched.policy import min_lanes, say_if_slower
 from fedhet.runtimes.batched.rule import (
     GuardedRead,
@@ -91,7 +92,7 @@ class BatchedClients(InProcessClients):
             ClientRng._restore(outer)
         return len(layout.modules)
 
-    def _guarded(self, lane: LaneWork, fn: Callable[..., T], *args: Any) -> T:
+    def _guarded(self, lane: LaneWork, fn: Callable[..., T], *args: object) -> T:
         """Run a vectorized step of lanes whose lane 0 is `lane`. A guarded read (rule 5) or a torch.func
         limitation becomes the method's refusal, and so does any other exception when lane 0's losses run
         in-process (rule 7: it is the vectorization that fails); else the loss itself fails and the error is its."""
@@ -187,7 +188,7 @@ class BatchedClients(InProcessClients):
         check_passes(self.alg.name, lanes, layout)
         return layout
 
-    def _runner(self, lanes: list[LaneWork], k: int, layout: Layout, saved: list[dict[str, Any]],
+    def _runner(self, lanes: list[LaneWork], k: int, layout: Layout, saved: list[dict[str, OptimState]],
                 state: dict[str, torch.Tensor], rows: int | None = None) -> PassRunner:
         """Pass k's runner, with its modules in train mode as `engine.local.run_pass` puts them; with `rows`,
         one that splits batches into parts of `rows` where the pass allows it (accumulate.py)."""
@@ -205,7 +206,7 @@ class BatchedClients(InProcessClients):
         rngs = [ClientRng(*client_stream(self.exp.config.seed, rnd, job.cid, job.purpose)) for job in jobs]
         with ClientRng.one_after_another():
             lanes = [self._lane(job, rnd, rng) for job, rng in zip(jobs, rngs, strict=True)]
-        groups: dict[tuple[Any, ...], list[int]] = {}
+        groups: dict[tuple[object, ...], list[int]] = {}
         for i, lane in enumerate(lanes):
             groups.setdefault((shape_key(lane.work), lane_group(jobs[i].alg)), []).append(i)
         done: dict[int, FitOutcome] = {}
@@ -240,7 +241,7 @@ class BatchedClients(InProcessClients):
                     self._finish(i, job, lanes[i], rngs[i], state, stats[i], optim[i]) for i, job in enumerate(jobs)]
 
     def _finish(self, i: int, job: FitJob, lane: LaneWork, rng: ClientRng, state: dict[str, torch.Tensor],
-                stats: FitStats, optim: dict[str, Any]) -> FitOutcome:
+                stats: FitStats, optim: dict[str, OptimState]) -> FitOutcome:
         """Lane i's trained tensors back into its Work's modules, then the algorithm's own `finish` (and, with a
         `check_split`, the trained model's loss on it, as `engine.local.fit_client`)."""
         with torch.no_grad():
@@ -258,11 +259,11 @@ class BatchedClients(InProcessClients):
         return FitOutcome(reply, dataclasses.replace(new_state, optim=optim))
 
 
-def _stack(values: list[Any]) -> Any:
+def _stack(values: list[TensorTree]) -> TensorTree:
     """Stack lanes' tensors (or tuples / lists / dicts of tensors) along a new leading dimension."""
     return tree_map(lambda *lanes: torch.stack(lanes), values[0], *values[1:])
 
 
-def _data_of(local_pass: LocalPass, default: Dataset[Any]) -> Dataset[Any]:
+def _data_of(local_pass: LocalPass, default: SampleSet) -> SampleSet:
     """The pass's data: its own, else the client's training split (as `engine.local.run_pass`)."""
     return local_pass.data if local_pass.data is not None else default

@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
@@ -32,7 +31,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 
 from fedhet.core.contract import LossFn, Work
 from fedhet.runtimes.batched.norm import BatchNormContext, FunctionalBatchNorm, batch_norm_context, convert
-from fedhet.runtimes.batched.optim import FunctionalOptimizer, OptState, Tensors, clip_grad_norm
+from fedhet.runtimes.batched.optim import FunctionalOptimizer, OptState, Tensors, TensorTree, clip_grad_norm
 from fedhet.runtimes.batched.rule import Guard, GuardedRead, Layout
 
 StepFn = Callable[..., tuple[Tensors, Tensors, OptState, torch.Tensor]]
@@ -64,7 +63,7 @@ class RoutedWork:
         self.work, self.layout, self.functional = work, layout, functional
 
     @contextmanager
-    def bound(self, states: Tensors, tensors: dict[str, Any]) -> Iterator[Tensors]:
+    def bound(self, states: Tensors, tensors: dict[str, TensorTree]) -> Iterator[Tensors]:
         """Within the block the Work's fields are the lane's; the yielded dict receives, at the block's end, the
         BatchNorm running-statistic updates, keyed `"field:name"` like `states`."""
         layout, work = self.layout, self.work
@@ -107,7 +106,7 @@ class RoutedWork:
 
 
 def _outside(name: str) -> Callable[..., None]:
-    def refuse(*_: Any) -> None:
+    def refuse(*_: object) -> None:
         raise GuardedRead(f"its loss calls the module of work.{name} by another way than the Work field (rule 3)")
 
     return refuse
@@ -121,13 +120,13 @@ def stage_grads(routed: RoutedWork, loss_of: LossFn, opt_keys: list[str], grad_c
 
         grads(grad_state, rest, tensors, x, y) -> (gradients of opt_keys, BatchNorm updates, loss)"""
 
-    def loss_fn(trained: Tensors, rest: Tensors, tensors: dict[str, Any], x: torch.Tensor, y: torch.Tensor
+    def loss_fn(trained: Tensors, rest: Tensors, tensors: dict[str, TensorTree], x: torch.Tensor, y: torch.Tensor
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, Tensors]]:
         with routed.bound({**rest, **trained}, tensors) as updates:
             loss = loss_of(x, y)
         return loss, (loss.detach(), updates)
 
-    def lane_grads(trained: Tensors, rest: Tensors, tensors: dict[str, Any], x: torch.Tensor, y: torch.Tensor
+    def lane_grads(trained: Tensors, rest: Tensors, tensors: dict[str, TensorTree], x: torch.Tensor, y: torch.Tensor
                    ) -> tuple[Tensors, Tensors, torch.Tensor]:
         grads, (loss, updates) = grad(loss_fn, has_aux=True)(trained, rest, tensors, x, y)
         own = {k: grads[k] for k in opt_keys}
@@ -144,7 +143,7 @@ def stage_step(routed: RoutedWork, loss_of: LossFn, opt_keys: list[str], optimiz
     optimizer's parameters and state are updated in place (donated): the caller passes tensors it owns."""
     vmapped = stage_grads(routed, loss_of, opt_keys, grad_clip)
 
-    def step(trained: Tensors, rest: Tensors, tensors: dict[str, Any], opt_state: OptState, x: torch.Tensor,
+    def step(trained: Tensors, rest: Tensors, tensors: dict[str, TensorTree], opt_state: OptState, x: torch.Tensor,
              y: torch.Tensor) -> tuple[Tensors, Tensors, OptState, torch.Tensor]:
         own, updates, loss = vmapped(trained, rest, tensors, x, y)
         new_params, new_state = optimizer.update({k: trained[k] for k in opt_keys}, own, opt_state, donate=True)

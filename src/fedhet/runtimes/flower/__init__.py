@@ -15,8 +15,7 @@ Import the submodules; this package itself does not import Flower.
 
 from __future__ import annotations
 
-from typing import Any
-
+from fedhet.atomic import JSONDict
 from fedhet.errors import FedhetError
 
 
@@ -34,7 +33,7 @@ def require_flower() -> None:
 OPERATIONAL_SERVER_KEYS = ("min_fit_fraction", "min_evaluate_fraction", "reply_timeout")
 
 
-def checkpoint_config(config: dict[str, Any]) -> dict[str, Any]:
+def checkpoint_config(config: JSONDict) -> JSONDict:
     """The config whose fingerprint a Flower checkpoint carries: the operational server keys removed and a
     marker added, so an in-process run refuses a Flower checkpoint (it holds no client states) and vice versa."""
     out = {**config, "server": {k: v for k, v in config.get("server", {}).items() if k not in OPERATIONAL_SERVER_KEYS}}

@@ -15,13 +15,13 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from flwr.app import Context
 from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+from fedhet.atomic import JSONDict
 from fedhet.config import load_config
 from fedhet.engine.experiment import Experiment, build_experiment
 from fedhet.engine.loop import RunResult
@@ -42,7 +42,7 @@ class FlowerSettings:
     The reply timeout and the minimum share of valid replies are experiment config values
     (`server.reply_timeout`, `server.min_fit_fraction`, `server.min_evaluate_fraction`)."""
 
-    config: dict[str, Any]
+    config: JSONDict
     run_dir: str = ""
     wait_for_nodes: float = 300.0  # seconds to wait for all SuperNodes to connect
     partition_query: bool = True  # ask each node its partition-id at start (False: node-id order, no query)
@@ -69,7 +69,7 @@ class FlowerSettings:
         return {**experiment_run_config(self.config), **runtime}
 
     @classmethod
-    def from_run_config(cls, run_config: dict[str, Any]) -> FlowerSettings:
+    def from_run_config(cls, run_config: JSONDict) -> FlowerSettings:
         """The settings of a Flower run config (as `flwr run --run-config` left it); ConfigError naming a bad key."""
         config, runtime = read_run_config(run_config)
         return cls(config=config, run_dir=runtime.get("run-dir", ""),

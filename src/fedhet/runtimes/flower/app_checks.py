@@ -23,10 +23,10 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import tomli
 
+from fedhet.atomic import JSONDict
 from fedhet.config import flatten
 from fedhet.errors import ConfigError, FedhetError, nearest
 
@@ -34,7 +34,7 @@ PLUGIN_PREFIX = "fedhet_plugins_"  # the package of an App's copied plug-in file
 PATH_KEYS = ("root", "init_from")  # config keys (last dotted part) that hold a file or folder path
 
 
-def copy_plugins(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
+def copy_plugins(folder: Path, config: JSONDict) -> JSONDict:
     """Copy the `.py` files of `config["imports"]` into `folder/fedhet_plugins_<hash>/`; the config importing
     them from there by module name (the other entries unchanged)."""
     from fedhet.plugins import _is_path  # the same rule the importer uses
@@ -64,7 +64,7 @@ def copy_plugins(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
     return {**config, "imports": [next(renamed) if _is_path(e) else e for e in entries]}
 
 
-def check_paths(config: dict[str, Any], node_data: bool) -> None:
+def check_paths(config: JSONDict, node_data: bool) -> None:
     """Refuse a relative path a SuperLink / SuperNode could not resolve (ConfigError saying what to give)."""
     for key, value in flatten(config).items():
         if key.rsplit(".", 1)[-1] not in PATH_KEYS or not isinstance(value, str) or not value:
@@ -79,7 +79,7 @@ def check_paths(config: dict[str, Any], node_data: bool) -> None:
                               f"{Path(value).expanduser().resolve()}){hint}")
 
 
-def app_run_config(app: Path) -> dict[str, Any]:
+def app_run_config(app: Path) -> JSONDict:
     """The run config an App folder lists ([tool.flwr.app.config], flat dotted keys)."""
     try:
         project = tomli.loads((app / "pyproject.toml").read_text())
@@ -89,7 +89,7 @@ def app_run_config(app: Path) -> dict[str, Any]:
     return flatten(nested)
 
 
-def check_overrides(app: str | Path, overrides: list[str]) -> dict[str, Any]:
+def check_overrides(app: str | Path, overrides: list[str]) -> JSONDict:
     """The experiment config of `flwr run APP --run-config OVERRIDES`, checked as the SuperLink and the ServerApp
     will: a key the App does not list is a ConfigError naming the nearest valid key; a value fedhet refuses, the
     ServerApp's ConfigError."""
@@ -107,7 +107,7 @@ def check_overrides(app: str | Path, overrides: list[str]) -> dict[str, Any]:
     return config
 
 
-def summary_line(config: dict[str, Any]) -> str:
+def summary_line(config: JSONDict) -> str:
     """The one line a valid run config gets from `fedhet flower check` and this module's `main`."""
     return f"ok: {config['method']} on {config['data']['dataset']}, {config['rounds']} rounds"
 

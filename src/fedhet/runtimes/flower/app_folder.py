@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+
+from fedhet.atomic import JSONDict
 
 
 def toml_string(text: str) -> str:
@@ -56,7 +57,7 @@ clientapp = "{client_module or module}:client_app"
 """
 
 
-def write_flower_app(folder: str | Path, config: dict[str, Any], run_dir: str | Path, client_state_dir: str = "",
+def write_flower_app(folder: str | Path, config: JSONDict, run_dir: str | Path, client_state_dir: str = "",
                      resume: bool = False, stop_after: int = 0, poll_interval: float = 0.2, node_data: bool = False,
                      per_run_dir: bool = True) -> Path:
     """A Flower App folder whose ServerApp / ClientApp are fedhet's, with the experiment in its run config.

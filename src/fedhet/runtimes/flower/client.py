@@ -25,13 +25,12 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.app import Message as FlowerMessage
 
 from fedhet.algorithms import ClientState
-from fedhet.atomic import atomic_write_bytes
+from fedhet.atomic import JSONDict, atomic_write_bytes
 from fedhet.config import load_config
 from fedhet.core.seeding import EVALUATE, FIT, client_stream, seeded
 from fedhet.engine.checkpoint import fingerprint
@@ -60,20 +59,20 @@ class ClientSetup:
     """What a ClientApp needs besides the message: the experiment config, the run dir (a key for state
     folders) and the run-level client state folder ('' = none; a node's own `state-dir` takes precedence)."""
 
-    config: dict[str, Any]
+    config: JSONDict
     run_dir: str = ""
     state_dir: str = ""
     node_data: bool = False  # each node loads only its own data from its data-root (local_data.py)
 
 
-def _setup(setup: ClientSetup | dict[str, Any]) -> ClientSetup:
+def _setup(setup: ClientSetup | JSONDict) -> ClientSetup:
     return setup if isinstance(setup, ClientSetup) else ClientSetup(config=setup)
 
 
 _EXPECTED: dict[int, dict[str, tuple[int, ...]]] = {}  # id(experiment) -> its broadcast's array shapes
 
 
-def experiment_for(config: dict[str, Any]) -> Experiment:
+def experiment_for(config: JSONDict) -> Experiment:
     """The Experiment of this config, built once per process (data, model factory, algorithm)."""
     key = json.dumps(config, sort_keys=True, default=str)
     if key not in _EXPERIMENTS:
@@ -82,7 +81,7 @@ def experiment_for(config: dict[str, Any]) -> Experiment:
     return _EXPERIMENTS[key]
 
 
-def check_stock_arrays(exp: Experiment, arrays: dict[str, Any]) -> None:
+def check_stock_arrays(exp: Experiment, arrays: JSONDict) -> None:
     """What a stock Flower server sends must be what this method broadcasts: the same array names and shapes
     (fedhet's own server sends them by construction); else one FedhetError naming the arrays, before training."""
     if id(exp) not in _EXPECTED:
@@ -146,7 +145,7 @@ def state_folder(context: Context, setup: ClientSetup, cid: int) -> Path | None:
     return None
 
 
-def _stored(context: Context) -> dict[str, Any]:
+def _stored(context: Context) -> JSONDict:
     record = context.state.config_records.get(STATE_KEY)
     return dict(record) if record is not None else {}
 
@@ -235,7 +234,7 @@ def _request(content: RecordDict, context: Context, setup: ClientSetup, fit: boo
     return exp, cid, request, state_round, setup
 
 
-def train_content(content: RecordDict, context: Context, setup: ClientSetup | dict[str, Any]) -> RecordDict:
+def train_content(content: RecordDict, context: Context, setup: ClientSetup | JSONDict) -> RecordDict:
     """One client's local training round, seeded by (seed, round, client, 'fit') as in-process: the reply's
     content (the request's content in, `context.state` updated)."""
     setup = _setup(setup)
@@ -249,7 +248,7 @@ def train_content(content: RecordDict, context: Context, setup: ClientSetup | di
     return fit_reply_content(out, ctx.data.num_train)
 
 
-def evaluate_content(content: RecordDict, context: Context, setup: ClientSetup | dict[str, Any]) -> RecordDict:
+def evaluate_content(content: RecordDict, context: Context, setup: ClientSetup | JSONDict) -> RecordDict:
     """Metrics of the client's deployed model on its own split (the request's `split`, else 'test'), seeded by
     (seed, round, client, 'evaluate')."""
     setup = _setup(setup)
@@ -266,12 +265,12 @@ def evaluate_content(content: RecordDict, context: Context, setup: ClientSetup |
     return evaluate_reply_content(metrics)
 
 
-def query_content(content: RecordDict, context: Context, setup: ClientSetup | dict[str, Any]) -> RecordDict:
+def query_content(content: RecordDict, context: Context, setup: ClientSetup | JSONDict) -> RecordDict:
     """Which client this node holds: the server's one question at start (a stock ClientApp does not answer it;
     the server then gives that node a free client id, see transport.NodeLink)."""
     setup = _setup(setup)
     exp, cid = experiment_and_id(context, setup)
-    answer: dict[str, Any] = {PARTITION_ID: cid}
+    answer: JSONDict = {PARTITION_ID: cid}
     if setup.node_data:  # what the server needs to build the model, no samples (local_data.py)
         answer[DATA_SCHEMA] = local_data.schema_of(exp.data)
     return RecordDict({CONFIG: ConfigRecord(answer)})
@@ -280,7 +279,7 @@ def query_content(content: RecordDict, context: Context, setup: ClientSetup | di
 HANDLERS = {"train": train_content, "evaluate": evaluate_content, "query": query_content}
 
 
-def handle(kind: str, msg: FlowerMessage, context: Context, setup: ClientSetup | dict[str, Any]) -> FlowerMessage:
+def handle(kind: str, msg: FlowerMessage, context: Context, setup: ClientSetup | JSONDict) -> FlowerMessage:
     """Answer a train / evaluate / query message of the ServerApp (`kind`: Flower's message type, with or
     without its action: "query.partition_id" is a query)."""
     return FlowerMessage(HANDLERS[kind.split(".")[0]](msg.content, context, setup), reply_to=msg)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import Dataset
 
 from fedhet.algorithms import ALGORITHMS
+from fedhet.atomic import JSONDict
 from fedhet.config import ExperimentConfig, load_config
 from fedhet.data import ClientData, FederatedData, build_federated_data
 from fedhet.engine.experiment import (
@@ -69,7 +70,7 @@ class AbsentData(Dataset):  # type: ignore[type-arg]
     def __len__(self) -> int:
         raise self._refuse()
 
-    def __getitem__(self, index: int) -> Any:
+    def __getitem__(self, index: int) -> Any:  # Any: Dataset's item type (it always raises)
         raise self._refuse()
 
 
@@ -127,7 +128,7 @@ def experiment_of(cfg: ExperimentConfig, data: FederatedData) -> Experiment:
     return Experiment(cfg, data, device, algorithm, model_fn, arrange(algorithm, data))
 
 
-def node_client(node_config: dict[str, Any], names: list[str]) -> int:
+def node_client(node_config: JSONDict, names: list[str]) -> int:
     """This node's client id from its node config (`client-id`: name or id, else `partition-id`)."""
     raw = node_config.get(CLIENT_ID, node_config.get(PARTITION_ID))
     if raw is None or raw == "":
@@ -148,7 +149,7 @@ def node_client(node_config: dict[str, Any], names: list[str]) -> int:
     return cid
 
 
-def node_experiment(config: dict[str, Any], node_config: dict[str, Any]) -> tuple[Experiment, int]:
+def node_experiment(config: JSONDict, node_config: JSONDict) -> tuple[Experiment, int]:
     """(the experiment as this node sees it, its client id): its own client's data from `data-root`, every
     other client an AbsentData placeholder. Built once per process."""
     root = str(node_config.get(DATA_ROOT, ""))

@@ -21,7 +21,6 @@ import importlib.util
 import json
 from multiprocessing.connection import Client
 from pathlib import Path
-from typing import Any
 
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
@@ -83,7 +82,7 @@ def answer(kind: str, msg: Message, context: Context) -> Message:
     from fedhet.runtimes.flower import client
     from fedhet.runtimes.flower.app import FlowerSettings
 
-    setup: Any = FlowerSettings.from_run_config(dict(context.run_config)).client_setup()
+    setup = FlowerSettings.from_run_config(dict(context.run_config)).client_setup()
     return client.handle(kind, msg, context, setup)
 
 

@@ -26,7 +26,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, ConfigRecordValues, MessageType, MetricRecord, RecordDict
+from flwr.app import (
+    ArrayRecord,
+    ConfigRecord,
+    ConfigRecordValues,
+    MessageType,
+    MetricRecord,
+    MetricRecordValues,
+    RecordDict,
+)
 
 from fedhet.core.contract import ClientState
 from fedhet.core.messages import Message, Scalar
@@ -88,13 +96,13 @@ def fit_reply_content(msg: Message, num_examples: int) -> RecordDict:
     if NUM_EXAMPLES in numeric:
         raise ValueError(f"a reply scalar may not be named '{NUM_EXAMPLES}' (Flower's sample-count key)")
     content = RecordDict({ARRAYS: _arrays(msg), METRICS: MetricRecord({**numeric, NUM_EXAMPLES: num_examples})})
-    other: dict[str, Any] = {k: v for k, v in msg.scalars.items() if k not in numeric}
+    other: dict[str, ConfigRecordValues] = {k: v for k, v in msg.scalars.items() if k not in numeric}
     if other:
         content[CONFIG] = ConfigRecord(other)
     return content
 
 
-def read_fit_reply(content: RecordDict) -> tuple[Message, Any]:
+def read_fit_reply(content: RecordDict) -> tuple[Message, Any]:  # Any: num-examples as sent, unchecked
     """The reply's Message (metrics and config as scalars) and its `num-examples` (unchecked: see validation)."""
     metrics = dict(_single(content.metric_records, METRICS) or {})
     num_examples = metrics.pop(NUM_EXAMPLES, None)
@@ -109,11 +117,12 @@ def evaluate_reply_content(metrics: dict[str, float] | None) -> RecordDict:
         return RecordDict({METRICS: MetricRecord({"accuracy": 0.0, "balanced_accuracy": 0.0, "loss": 0.0,
                                                   NUM_EXAMPLES: 0}),
                            CONFIG: ConfigRecord({SKIPPED: True})})
-    values: dict[str, Any] = {(NUM_EXAMPLES if k == "num_examples" else k): v for k, v in metrics.items()}
+    values: dict[str, MetricRecordValues] = {(NUM_EXAMPLES if k == "num_examples" else k): v
+                                             for k, v in metrics.items()}
     return RecordDict({METRICS: MetricRecord(values)})
 
 
-def read_evaluate_reply(content: RecordDict) -> dict[str, Any] | None:
+def read_evaluate_reply(content: RecordDict) -> dict[str, Any] | None:  # Any: Flower record values, unchecked
     """An evaluate reply's metrics as sent (None: the client has no such split); validation checks them."""
     config = _single(content.config_records, CONFIG)
     if config is not None and config.get(SKIPPED) is True:
@@ -122,7 +131,7 @@ def read_evaluate_reply(content: RecordDict) -> dict[str, Any] | None:
     return None if record is None else dict(record)
 
 
-def _single(records: Any, name: str) -> Any:
+def _single(records: Any, name: str) -> Any:  # Any: any of Flower's *Record mappings
     """The record called `name`, else the only record of that kind (Flower apps may name theirs), else None."""
     if name in records:
         return records[name]
@@ -138,7 +147,7 @@ def _tensors(content: RecordDict) -> dict[str, torch.Tensor]:
     return dict(arrays.to_torch_state_dict()) if arrays is not None and len(arrays) else {}
 
 
-def _scalars(values: dict[str, Any]) -> dict[str, Scalar]:
+def _scalars(values: dict[str, Any]) -> dict[str, Scalar]:  # Any: Flower record values, checked here
     """Message.scalars from record values; a value that is not a number, string or bool is a ValueError (records
     also hold bytes and lists, which no fedhet Message sends)."""
     for key, value in values.items():

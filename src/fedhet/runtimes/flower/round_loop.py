@@ -8,11 +8,10 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from flwr.serverapp import Grid
 
-from fedhet.atomic import atomic_write_text, strict_json
+from fedhet.atomic import JSONDict, atomic_write_text, strict_json
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.loop import RoundLoop, RunResult
 from fedhet.engine.signals import StopSignals
@@ -52,7 +51,7 @@ class FlowerRoundLoop(RoundLoop):
                   flush=True)
         return acc
 
-    def _log_fault(self, row: dict[str, Any]) -> None:
+    def _log_fault(self, row: JSONDict) -> None:
         self.dir.path.mkdir(parents=True, exist_ok=True)
         with open(self.dir.path / FAULTS_FILE, "a") as fh:
             fh.write(strict_json(row) + "\n")

@@ -23,6 +23,7 @@ import dataclasses
 import json
 from typing import Any
 
+from fedhet.atomic import JSONDict
 from fedhet.config import flatten as dotted
 from fedhet.config import load_config
 from fedhet.config.loading import set_path
@@ -38,7 +39,7 @@ ALIAS_WRITTEN = "fedhet-aliases-written"  # JSON {alias: value} of the App as wr
 APP_DIR = "fedhet-app-dir"  # node_app.APP_DIR_KEY: the App folder, added for a worker (not an experiment key)
 
 
-def encode(value: Any) -> RunConfigValue:
+def encode(value: Any) -> RunConfigValue:  # Any: a config value as parsed from YAML
     """One config value as a Flower run-config value (see the module docstring)."""
     if isinstance(value, (bool, int, float)):
         return value
@@ -47,19 +48,19 @@ def encode(value: Any) -> RunConfigValue:
     return json.dumps(value)  # None, lists, empty mappings: JSON is YAML
 
 
-def _yaml(text: str) -> Any:
+def _yaml(text: str) -> Any:  # Any: parsed YAML
     try:
         return load_yaml(text, "a run-config value")
     except ConfigError:
         return None
 
 
-def flatten(tree: dict[str, Any]) -> dict[str, RunConfigValue]:
+def flatten(tree: JSONDict) -> dict[str, RunConfigValue]:
     """Nested config -> {dotted key: run-config value}; an empty mapping stays one key (`method_args = "{}"`)."""
     return {key: encode(value) for key, value in dotted(tree).items()}
 
 
-def experiment_run_config(config: dict[str, Any]) -> dict[str, RunConfigValue]:
+def experiment_run_config(config: JSONDict) -> dict[str, RunConfigValue]:
     """The run-config keys of a resolved experiment config, the method's arguments with their defaults."""
     from fedhet.engine.experiment import method_params
 
@@ -69,12 +70,12 @@ def experiment_run_config(config: dict[str, Any]) -> dict[str, RunConfigValue]:
     return {**flat, **aliases, ALIAS_WRITTEN: json.dumps(aliases)}
 
 
-def read_run_config(run_config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def read_run_config(run_config: JSONDict) -> tuple[JSONDict, JSONDict]:
     """(resolved experiment config, runtime settings) from a Flower run config (flat, as Flower hands it to the
     apps, or nested as in pyproject.toml); ConfigError naming a bad key."""
     run_config = dotted(run_config)
     runtime = {k: _runtime(k, run_config[k]) for k in RUNTIME_KEYS if k in run_config}
-    tree: dict[str, Any] = {}
+    tree: JSONDict = {}
     for key, value in run_config.items():
         if key in RUNTIME_KEYS or key in ALIASES or key in (ALIAS_WRITTEN, APP_DIR):
             continue
@@ -91,7 +92,7 @@ def read_run_config(run_config: dict[str, Any]) -> tuple[dict[str, Any], dict[st
     return cfg.to_dict(), runtime
 
 
-def _apply_aliases(run_config: dict[str, Any], tree: dict[str, Any]) -> None:
+def _apply_aliases(run_config: JSONDict, tree: JSONDict) -> None:
     """Set the key of every alias the user changed from the value the App was written with (module docstring)."""
     written = json.loads(run_config[ALIAS_WRITTEN]) if isinstance(run_config.get(ALIAS_WRITTEN), str) else {}
     for alias, target in ALIASES.items():
@@ -108,14 +109,14 @@ def _apply_aliases(run_config: dict[str, Any], tree: dict[str, Any]) -> None:
         set_path(tree, target, value)
 
 
-def _yaml_value(key: str, value: Any) -> Any:
+def _yaml_value(key: str, value: Any) -> Any:  # Any: a run-config value, parsed YAML
     if isinstance(value, str):
         return load_yaml(value, f"run-config key '{key}'", fix="write it as the value of a fedhet override, "
                          "e.g. data.domains=\"[mnist, usps]\"") if value != "" else ""
     return value
 
 
-def _runtime(key: str, value: Any) -> Any:
+def _runtime(key: str, value: Any) -> Any:  # Any: a run-config value, checked here
     kind = RUNTIME_KEYS[key]
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)

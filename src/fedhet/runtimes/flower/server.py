@@ -21,11 +21,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from flwr.app import MessageType
 from flwr.serverapp import Grid
 
+from fedhet.atomic import JSONDict
 from fedhet.core.messages import Message, Reply
 from fedhet.engine.experiment import Experiment
 from fedhet.errors import FedhetError
@@ -41,7 +41,7 @@ class FlowerClients:
 
     def __init__(self, exp: Experiment, grid: Grid, timeout: float | None = None, wait_for_nodes: float = 300.0,
                  poll_interval: float = 0.2, stop_event: threading.Event | None = None,
-                 on_fault: Callable[[dict[str, Any]], None] | None = None, partition_query: bool = True,
+                 on_fault: Callable[[JSONDict], None] | None = None, partition_query: bool = True,
                  link: NodeLink | None = None) -> None:
         """`link`: nodes already mapped (a node-data run maps them to learn the data first), else mapped here."""
         if exp.arrangement.pooled:
@@ -124,24 +124,24 @@ class FlowerClients:
         """The state rounds at the checkpoint: a resume may ask for them again."""
         self.checkpoint_round = dict(self.state_round)
 
-    def checkpoint_config(self, config: dict[str, Any]) -> dict[str, Any]:
+    def checkpoint_config(self, config: JSONDict) -> JSONDict:
         return checkpoint_config(config)
 
-    def get_states(self) -> dict[str, Any]:
+    def get_states(self) -> JSONDict:
         """Client states stay on the clients; the server keeps (and checkpoints) only which round's state
         each client should use."""
         return {"state_round": dict(self.state_round)}
 
-    def set_states(self, states: dict[str, Any]) -> None:
+    def set_states(self, states: JSONDict) -> None:
         if states and set(states) != {"state_round"}:
             raise FedhetError("the Flower runtime keeps client states on the clients; a checkpoint with client "
                               "states (from the in-process runtime) cannot be pushed to them")
         self.state_round = {int(k): int(v) for k, v in states.get("state_round", {}).items()}
 
     # -------------------------------------------------------------- bookkeeping
-    def _state_meta(self, cid: int) -> dict[str, Any]:
+    def _state_meta(self, cid: int) -> JSONDict:
         rounds = {self.checkpoint_round.get(cid, 0), self.start_round.get(cid, 0)}
-        meta: dict[str, Any] = {"state-round": self.state_round.get(cid, 0), "keep-rounds": sorted(rounds)}
+        meta: JSONDict = {"state-round": self.state_round.get(cid, 0), "keep-rounds": sorted(rounds)}
         return {**meta, RUN_FOLDER: self.run_folder} if self.run_folder else meta
 
     def _report(self, rnd: int, phase: str, problems: dict[int, str]) -> None:

@@ -12,8 +12,8 @@ import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+from fedhet.atomic import JSONDict
 from fedhet.config import ExperimentConfig
 from fedhet.engine.loop import Interrupted, RunResult
 from fedhet.engine.rundir import check_writable_path, start_check
@@ -23,9 +23,9 @@ from fedhet.runtimes.flower import require_flower
 log = logging.getLogger(__name__)
 
 
-def backend_config(num_cpus: int | None = None, cpus_per_client: float = 1.0) -> dict[str, Any]:
+def backend_config(num_cpus: int | None = None, cpus_per_client: float = 1.0) -> JSONDict:
     """Flower's Ray backend config: `cpus_per_client` CPUs reserved per ClientApp actor, `num_cpus` for Ray."""
-    backend: dict[str, Any] = {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}}
+    backend: JSONDict = {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}}
     if num_cpus is not None:
         backend["init_args"] = {"num_cpus": num_cpus}
     return backend

@@ -28,6 +28,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
+from fedhet.atomic import JSONDict
 from fedhet.config import ExperimentConfig, load_config
 from fedhet.core.messages import Message, Reply
 from fedhet.core.seeding import seeded
@@ -54,15 +55,15 @@ class FedhetStrategy(Strategy):
             raise FedhetError(f"'{config.method}' trains one model on the pooled data; it has no Flower strategy")
         self.alg, self.server = self.exp.algorithm, self.exp.init_server()
         self.timeout, self.wait_for_nodes, self.partition_query = timeout, wait_for_nodes, partition_query
-        self.metrics: list[dict[str, Any]] = []  # evaluation rows, as metrics.jsonl
+        self.metrics: list[JSONDict] = []  # evaluation rows, as metrics.jsonl
         self.node_of: dict[int, int] = {}  # client id -> node id, found at the first round
         self.state_round: dict[int, int] = {}  # the last round whose fit reply of each client was aggregated
         self._sent: dict[int, Message] = {}  # this round's broadcast per sampled client
         self._split = "test"  # of the current evaluation
 
     @classmethod
-    def from_config(cls, path: str | Path | None = None, overrides: Sequence[str] = (), **kwargs: Any
-                    ) -> FedhetStrategy:
+    def from_config(cls, path: str | Path | None = None, overrides: Sequence[str] = (),
+                    **kwargs: Any) -> FedhetStrategy:  # Any: FedhetStrategy's own keyword arguments
         """From a fedhet YAML config and `key=value` overrides, as on fedhet's command line."""
         return cls(load_config(path, list(overrides)), **kwargs)
 
@@ -146,10 +147,10 @@ class FedhetStrategy(Strategy):
         return MetricRecord({**{k: avg[k] for k in METRIC_KEYS}, NUM_EXAMPLES: avg["num_examples"]})
 
     # -------------------------------------------------------------- plumbing
-    def _message(self, kind: str, cid: int, msg: Message, rnd: int, config: ConfigRecord | dict[str, Any],
-                 **bookkeeping: Any) -> FlowerMessage:
+    def _message(self, kind: str, cid: int, msg: Message, rnd: int, config: ConfigRecord | JSONDict,
+                 **bookkeeping: Any) -> FlowerMessage:  # Any: record values of any Flower type
         extra = {k: v for k, v in config.items() if k != SERVER_ROUND}
-        state: dict[str, Any] = {"state-round": self.state_round.get(cid, 0), "keep-rounds": []}
+        state: JSONDict = {"state-round": self.state_round.get(cid, 0), "keep-rounds": []}
         content = request_content(msg, rnd, **extra, **bookkeeping, **state)
         return FlowerMessage(content, dst_node_id=self.node_of[cid], message_type=kind)
 

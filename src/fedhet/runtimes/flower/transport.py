@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Hashable, Iterable
+from typing import TypeVar
 
 from flwr.app import Message as FlowerMessage
 from flwr.app import RecordDict
@@ -16,6 +16,8 @@ from flwr.serverapp import Grid
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower.faults import short_reason
 from fedhet.runtimes.flower.records import CONFIG, DATA_SCHEMA, PARTITION_ID, QUERY_PARTITION
+
+K = TypeVar("K", bound=Hashable)  # what `send`'s messages are keyed by (client ids, node ids)
 
 log = logging.getLogger("fedhet.runtimes.flower.server")  # one logger for the server side's messages
 
@@ -105,7 +107,7 @@ class NodeLink:
         replies, errors = self.send(messages, self.timeout)
         return replies, {**failures, **errors}
 
-    def send(self, messages: dict[Any, FlowerMessage], timeout: float) -> tuple[dict[Any, RecordDict], dict[Any, str]]:
+    def send(self, messages: dict[K, FlowerMessage], timeout: float) -> tuple[dict[K, RecordDict], dict[K, str]]:
         """Push the messages, poll for their replies until all arrived or `timeout` passed.
 
         Returns the reply contents and the failure reasons (error replies, unpushable messages, missing replies),
@@ -116,27 +118,27 @@ class NodeLink:
         if len(ids) != len(keys):  # a grid that leaves out what it could not push: match by the ids it set
             pushed = {str(i) for i in ids if i}
             ids = [m if (m := str(messages[k].metadata.message_id)) in pushed else "" for k in keys]
-        failures: dict[Any, str] = {}
-        pending: dict[str, Any] = {}
+        failures: dict[K, str] = {}
+        pending: dict[str, K] = {}
         for key, msg_id in zip(keys, ids, strict=True):  # the grids keep the order of the messages
             if msg_id:
                 pending[str(msg_id)] = key
             else:
                 failures[key] = "the message could not be pushed to the SuperLink"
         expected_node = {key: messages[key].metadata.dst_node_id for key in keys}
-        replies: dict[Any, RecordDict] = {}
+        replies: dict[K, RecordDict] = {}
         deadline = time.monotonic() + timeout
         while pending:
             for reply in self.grid.pull_messages(list(pending)):
-                key = pending.pop(reply.metadata.reply_to_message_id, None)
-                if key is None:
+                got = pending.pop(reply.metadata.reply_to_message_id, None)
+                if got is None:
                     continue
                 if reply.has_error():
-                    failures[key] = f"error reply (code {reply.error.code}): {short_reason(reply.error.reason)}"
-                elif reply.metadata.src_node_id != expected_node[key]:
-                    failures[key] = f"reply from node {reply.metadata.src_node_id} instead of {expected_node[key]}"
+                    failures[got] = f"error reply (code {reply.error.code}): {short_reason(reply.error.reason)}"
+                elif reply.metadata.src_node_id != expected_node[got]:
+                    failures[got] = f"reply from node {reply.metadata.src_node_id} instead of {expected_node[got]}"
                 else:
-                    replies[key] = reply.content
+                    replies[got] = reply.content
             if not pending:
                 break
             if self.stop_event is not None and self.stop_event.is_set():
