@@ -19,8 +19,6 @@ from typing import Any
 
 import torch
 
-JSONDict = dict[str, Any]  # Any: plain JSON/YAML data (configs, summary.json, metric rows)
-
 
 def current_umask() -> int:
     """The process umask (read by setting and restoring it: there is no getter)."""

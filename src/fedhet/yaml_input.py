@@ -13,11 +13,13 @@ import yaml
 
 from fedhet.errors import ConfigError
 
+JSONDict = dict[str, Any]  # Any: plain JSON/YAML data (configs, summary.json, metric rows)
+
 
 class _DuplicateKey(yaml.YAMLError):
     """A mapping names `key` twice (on `line`, first on `first`)."""
 
-    def __init__(self, key: Any, line: int, first: int) -> None:
+    def __init__(self, key: Any, line: int, first: int) -> None:  # Any: a parsed YAML key
         super().__init__(f"key {key!r} on line {line} is already given on line {first}")
         self.key, self.line, self.first = key, line, first
 
@@ -25,8 +27,8 @@ class _DuplicateKey(yaml.YAMLError):
 class UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's SafeLoader, except that a key given twice in one mapping is an error (SafeLoader keeps the last)."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:  # Any: parsed YAML
+        seen: dict[Any, int] = {}  # Any: parsed YAML keys
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` entries may be overridden on purpose
                 continue
@@ -48,7 +50,7 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else str(problem)
 
 
-def load_yaml(text: str, what: str, fix: str = "fix that line") -> Any:
+def load_yaml(text: str, what: str, fix: str = "fix that line") -> Any:  # Any: parsed YAML
     """Parse YAML `text` with `UniqueKeyLoader`; `what` (e.g. "config file 'a.yaml'") names it in a ConfigError."""
     try:
         return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)

@@ -17,6 +17,7 @@ from fedhet.config.sections import (
     TrainConfig,
     _check,
 )
+from fedhet.yaml_input import JSONDict
 
 
 @dataclass
@@ -25,7 +26,7 @@ class ExperimentConfig:
 
     name: str = "experiment"
     method: str = "fedavg"
-    method_args: dict[str, Any] = field(default_factory=dict)
+    method_args: JSONDict = field(default_factory=dict)
     label: str = ""  # name of this variant in run dirs and report columns (e.g. an ablation); default: method
     # what stands in for the paper's setting (backbone, LDM, data, budget); printed under every report's title
     stand_in: str = ""
@@ -38,8 +39,8 @@ class ExperimentConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
     novel: NovelConfig = field(default_factory=NovelConfig)  # held-out clients adapted after training
-    sweep: dict[str, Any] = field(default_factory=dict)  # methods / seeds / datasets for `fedhet sweep`
-    tune: dict[str, Any] = field(default_factory=dict)  # search space and tuner for `fedhet tune` (fedhet.tune.config)
+    sweep: JSONDict = field(default_factory=dict)  # methods / seeds / datasets for `fedhet sweep`
+    tune: JSONDict = field(default_factory=dict)  # search space and tuner for `fedhet tune` (fedhet.tune.config)
     imports: list[str] = field(default_factory=list)  # plugin modules / .py files, imported by validate()
 
     def validate(self) -> None:
@@ -55,7 +56,7 @@ class ExperimentConfig:
         for section in (self.data, self.train, self.server, self.eval, self.run, self.novel):
             section.validate()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {k: _to_plain(v) for k, v in dataclasses.asdict(self).items()}
 
     @property
@@ -64,7 +65,7 @@ class ExperimentConfig:
         return self.label or self.method
 
 
-def _to_plain(obj: Any) -> Any:
+def _to_plain(obj: Any) -> Any:  # Any: a config value, made plain YAML data
     if isinstance(obj, dict):
         return {k: _to_plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

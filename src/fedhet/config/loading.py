@@ -10,12 +10,12 @@ from fedhet.config.examples import find_config
 from fedhet.config.experiment import ExperimentConfig
 from fedhet.config.typed import from_dict
 from fedhet.errors import ConfigError
-from fedhet.yaml_input import load_yaml, read_text
+from fedhet.yaml_input import JSONDict, load_yaml, read_text
 
 
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(tree: JSONDict, prefix: str = "") -> JSONDict:
     """{'train': {'lr': 0.1}} -> {'train.lr': 0.1}."""
-    out: dict[str, Any] = {}
+    out: JSONDict = {}
     for key, value in tree.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict) and value:
@@ -25,7 +25,7 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+def set_path(tree: JSONDict, dotted: str, value: Any) -> None:  # Any: a YAML value
     """Set tree['a']['b'] = value for dotted key 'a.b', creating mappings on the way."""
     keys = dotted.split(".")
     node = tree
@@ -39,7 +39,7 @@ def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
 
 def _check_override_path(dotted: str) -> None:
     """Every dotted part but the last must name a section (a dataclass or a mapping), e.g. not `rounds.x`."""
-    tp: Any = ExperimentConfig
+    tp: Any = ExperimentConfig  # Any: a typing annotation, walked down the dataclasses
     keys = dotted.split(".")
     for i, key in enumerate(keys[:-1]):
         if not dataclasses.is_dataclass(tp):
@@ -48,20 +48,20 @@ def _check_override_path(dotted: str) -> None:
         if key not in hints:
             return  # from_dict names the unknown key and the nearest valid one
         tp = hints[key]
-        if not dataclasses.is_dataclass(tp) and get_origin(tp) is not dict and tp not in (dict, Any):
+        if not dataclasses.is_dataclass(tp) and get_origin(tp) is not dict and tp not in (dict, Any):  # Any: typing
             where = ".".join(keys[: i + 1])
             raise ConfigError(f"override '{dotted}': '{where}' is not a section but a single value; "
                               f"write {where}=VALUE")
 
 
-def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
+def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:  # Any: parsed YAML values
     """Parse `key=value` strings; values are read as YAML scalars (so `lr=0.1` is a float).
 
     An empty key part (`=1`, `train..lr=1`) or a value that is not valid YAML is a ConfigError. A key may repeat
     here (the last one wins, so lists of overrides compose in code); the command line refuses a repeated key
     (`fedhet.cli_args.check_repeated_overrides`).
     """
-    parsed: list[tuple[str, Any]] = []
+    parsed: list[tuple[str, Any]] = []  # Any: as above
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override '{item}' is not of the form key=value (e.g. train.lr=0.05)")
@@ -76,7 +76,7 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     return parsed
 
 
-def _read_config_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+def _read_config_tree(path: Path, seen: tuple[Path, ...]) -> JSONDict:
     """The YAML mapping of `path` with its `extends` chain resolved (base first, then this file).
 
     An empty file (nothing but blanks or comments) is an error: `{}` says "the built-in defaults" explicitly.
@@ -103,7 +103,7 @@ def _read_config_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     return tree
 
 
-def deep_merge(tree: dict[str, Any], extra: dict[str, Any]) -> None:
+def deep_merge(tree: JSONDict, extra: JSONDict) -> None:
     """Merge `extra` into `tree`: nested dicts key by key, anything else replaced."""
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(tree.get(key), dict):
@@ -113,7 +113,7 @@ def deep_merge(tree: dict[str, Any], extra: dict[str, Any]) -> None:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
-                base: dict[str, Any] | None = None) -> ExperimentConfig:
+                base: JSONDict | None = None) -> ExperimentConfig:
     """Read a YAML config (or start from `base`), apply overrides, validate and return it.
 
     A file may start from another one with `extends: <path relative to this file>`: the other file is read
@@ -122,7 +122,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     example config shipped with fedhet (`quickstart`, `configs/quickstart.yaml`; `fedhet.config.examples`).
     """
     parsed = parse_overrides(overrides or [])  # a malformed override is reported before the file is read
-    tree: dict[str, Any] = dict(base or {})
+    tree: JSONDict = dict(base or {})
     if path is not None:
         deep_merge(tree, _read_config_tree(find_config(path), ()))
     for key, value in parsed:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from fedhet.errors import ConfigError, nearest
+from fedhet.yaml_input import JSONDict
 
 LOCAL_OPTIMIZERS = ("sgd", "adam", "adamw")
 RUNTIMES = ("inprocess", "batched", "flower", "flower-simulation")
@@ -52,7 +52,7 @@ class DataConfig:
     augment: bool = True  # train-time augmentation (FRAug appendix, Table 1)
     input_noise_std: float = 0.0  # Gaussian noise added to training inputs (FRAug Table 6)
     download: bool = False  # allow downloads (torchvision / HF hub) when a dataset is missing
-    options: dict[str, Any] = field(default_factory=dict)  # dataset-specific settings (imagefolder, csv)
+    options: JSONDict = field(default_factory=dict)  # dataset-specific settings (imagefolder, csv)
     # Digits only, default None (each source's official train/test split). Set: FedBN's protocol for every seed,
     # i.e. each domain's train+test pooled and split 80/20 stratified once, and int(743.8 * 10 * p) training
     # images per domain (FedBN's `--percent`: 0.1 -> 743, 0.01 -> 74; FRAug's Digits uses 0.01).
@@ -99,7 +99,7 @@ class ModelConfig:
     """The network: a registry name plus constructor arguments."""
 
     name: str = "small_cnn"
-    args: dict[str, Any] = field(default_factory=dict)
+    args: JSONDict = field(default_factory=dict)
     pretrained: bool = False
     # a `fedhet pretrain` file or a plain state_dict (any model): the features start from it, the head stays fresh
     init_from: str | None = None

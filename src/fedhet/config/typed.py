@@ -9,14 +9,15 @@ import typing
 from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
 from fedhet.errors import ConfigError, nearest
+from fedhet.yaml_input import JSONDict
 
 T = TypeVar("T")
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
+def _coerce(value: Any, tp: Any, where: str) -> Any:  # Any: a YAML value and a typing annotation
     """Convert a YAML value to the annotated type, or raise a ConfigError naming the key."""
     origin = get_origin(tp)
-    if tp is Any:
+    if tp is Any:  # Any: the typing form itself, compared at run time
         return value
     if origin in (typing.Union, types.UnionType):
         args = get_args(tp)
@@ -39,7 +40,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
         args = get_args(tp)
-        item_t = args[0] if args else Any
+        item_t = args[0] if args else Any  # Any: the typing form (an unparameterised list)
         items = [_coerce(v, item_t, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict or tp is dict:
@@ -72,13 +73,13 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
+def from_dict(cls: type[T], data: JSONDict, where: str = "") -> T:
     """Build dataclass `cls` from a mapping; unknown keys raise a ConfigError naming the nearest valid key."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"from_dict builds dataclasses; {cls!r} is not one")
     hints = get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
-    kwargs: dict[str, Any] = {}
+    kwargs: JSONDict = {}
     for key, value in data.items():
         full = f"{where}.{key}" if where else str(key)
         if key not in names:

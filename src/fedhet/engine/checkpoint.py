@@ -28,12 +28,13 @@ from typing import Any
 
 import torch
 
-from fedhet.atomic import JSONDict, atomic_torch_save
+from fedhet.atomic import atomic_torch_save
 from fedhet.config import ExperimentConfig, flatten
 from fedhet.core.contract import ServerState
 from fedhet.engine.executor import ClientStates
 from fedhet.engine.safe_load import UntrustedFileError, load_trusted
 from fedhet.errors import CheckpointError
+from fedhet.yaml_input import JSONDict
 
 FORMAT = 3  # 3: typed client / server states (contract v2)
 Payload = dict[str, Any]  # Any: a checkpoint as torch.load returns it (states, metric rows, config)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from fedhet.atomic import JSONDict
 from fedhet.core.messages import Message, Reply
 from fedhet.errors import FedhetError
+from fedhet.yaml_input import JSONDict
 
 ClientStates = Any  # Any: each runtime's own (states by client id, or where to find them)
 

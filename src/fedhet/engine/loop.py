@@ -9,7 +9,6 @@ from pathlib import Path
 
 from torch.utils.data import ConcatDataset
 
-from fedhet.atomic import JSONDict
 from fedhet.config import ExperimentConfig
 from fedhet.core.contract import ServerState
 from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
@@ -23,6 +22,7 @@ from fedhet.engine.rounds import fit_and_aggregate, sample_round
 from fedhet.engine.rundir import RunDirectory, client_rows
 from fedhet.engine.tracking import Tracker, open_trackers, round_record
 from fedhet.errors import ConfigError
+from fedhet.yaml_input import JSONDict
 
 log = logging.getLogger(__name__)
 ROUNDS_NOTE = (" (schedules that depend on the total number of rounds, e.g. FRAug's lambda_syn and lambda_c, follow "

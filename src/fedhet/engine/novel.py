@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from fedhet.atomic import JSONDict, atomic_write_text, strict_json
+from fedhet.atomic import atomic_write_text, strict_json
 from fedhet.config import NovelConfig
 from fedhet.core.contract import LocalPass, NovelModel, OptimSpec, ServerState, minimize
 from fedhet.core.params import OptimState
@@ -28,6 +28,7 @@ from fedhet.engine.local import deployed_model, run_pass
 from fedhet.errors import ConfigError
 from fedhet.losses.classification import cross_entropy
 from fedhet.report.novel import NOVEL_FILE
+from fedhet.yaml_input import JSONDict
 
 
 def held_out(cfg: NovelConfig, names: list[str], seed: int) -> list[int]:

@@ -19,8 +19,9 @@ from typing import IO, TypeVar
 
 import yaml
 
-from fedhet.atomic import JSONDict, atomic_write_text, strict_json
+from fedhet.atomic import atomic_write_text, strict_json
 from fedhet.errors import CheckpointError, FedhetError
+from fedhet.yaml_input import JSONDict
 
 METRIC_KEYS = ("accuracy", "balanced_accuracy", "loss")
 LOCK_FILE = ".lock"

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from fedhet.atomic import JSONDict, atomic_write_text
+from fedhet.atomic import atomic_write_text
 from fedhet.errors import ConfigError
+from fedhet.yaml_input import JSONDict
 
 EXTRAS = {"tensorboard": ("tensorboard", "pip install 'fedhet[tracking]' (or pip install tensorboard)"),
           "mlflow": ("mlflow", "pip install mlflow"), "wandb": ("wandb", "pip install wandb")}

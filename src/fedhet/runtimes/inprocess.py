@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fedhet.algorithms.base import AnyAlgorithm
-from fedhet.atomic import JSONDict
 from fedhet.core.contract import ClientState
 from fedhet.core.messages import Message, Reply
 from fedhet.core.protocols import SampleSet
@@ -15,6 +14,7 @@ from fedhet.data.federated import ClientData
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.local import evaluate_client, fit_client
 from fedhet.errors import TrainingDivergedError
+from fedhet.yaml_input import JSONDict
 
 
 @dataclass

@@ -15,8 +15,8 @@ Import the submodules; this package itself does not import Flower.
 
 from __future__ import annotations
 
-from fedhet.atomic import JSONDict
 from fedhet.errors import FedhetError
+from fedhet.yaml_input import JSONDict
 
 
 def require_flower() -> None:

@@ -21,7 +21,6 @@ from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedhet.atomic import JSONDict
 from fedhet.config import load_config
 from fedhet.engine.experiment import Experiment, build_experiment
 from fedhet.engine.loop import RunResult
@@ -31,6 +30,7 @@ from fedhet.runtimes.flower import client, local_data, round_loop
 from fedhet.runtimes.flower.records import QUERY_ACTION
 from fedhet.runtimes.flower.run_config import RunConfigValue, experiment_run_config, read_run_config
 from fedhet.runtimes.flower.transport import NodeLink
+from fedhet.yaml_input import JSONDict
 
 log = logging.getLogger(__name__)
 

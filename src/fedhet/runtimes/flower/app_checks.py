@@ -26,9 +26,9 @@ from pathlib import Path
 
 import tomli
 
-from fedhet.atomic import JSONDict
 from fedhet.config import flatten
 from fedhet.errors import ConfigError, FedhetError, nearest
+from fedhet.yaml_input import JSONDict
 
 PLUGIN_PREFIX = "fedhet_plugins_"  # the package of an App's copied plug-in files (node_app.py repeats it)
 PATH_KEYS = ("root", "init_from")  # config keys (last dotted part) that hold a file or folder path

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from fedhet.atomic import JSONDict
+from fedhet.yaml_input import JSONDict
 
 
 def toml_string(text: str) -> str:

@@ -30,7 +30,7 @@ from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.app import Message as FlowerMessage
 
 from fedhet.algorithms import ClientState
-from fedhet.atomic import JSONDict, atomic_write_bytes
+from fedhet.atomic import atomic_write_bytes
 from fedhet.config import load_config
 from fedhet.core.seeding import EVALUATE, FIT, client_stream, seeded
 from fedhet.engine.checkpoint import fingerprint
@@ -49,6 +49,7 @@ from fedhet.runtimes.flower.records import (
     state_from_bytes,
     state_to_bytes,
 )
+from fedhet.yaml_input import JSONDict
 
 STATE_KEY = "fedhet-client-state"  # context.state ConfigRecord: "r<round>" -> torch.save bytes of the state
 _EXPERIMENTS: dict[str, Experiment] = {}  # one per process: a Ray actor or a ClientApp process reuses it

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import Dataset
 
 from fedhet.algorithms import ALGORITHMS
-from fedhet.atomic import JSONDict
 from fedhet.config import ExperimentConfig, load_config
 from fedhet.data import ClientData, FederatedData, build_federated_data
 from fedhet.engine.experiment import (
@@ -46,6 +45,7 @@ from fedhet.engine.experiment import (
 )
 from fedhet.errors import ConfigError, FedhetError, nearest
 from fedhet.runtimes.flower.records import PARTITION_ID
+from fedhet.yaml_input import JSONDict
 
 if TYPE_CHECKING:
     from fedhet.runtimes.flower.transport import NodeLink

@@ -11,13 +11,14 @@ from pathlib import Path
 
 from flwr.serverapp import Grid
 
-from fedhet.atomic import JSONDict, atomic_write_text, strict_json
+from fedhet.atomic import atomic_write_text, strict_json
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.loop import RoundLoop, RunResult
 from fedhet.engine.signals import StopSignals
 from fedhet.runtimes.flower.faults import FAULTS_FILE, STOPPED_FILE, RoundFailed
 from fedhet.runtimes.flower.server import FlowerClients
 from fedhet.runtimes.flower.transport import NodeLink
+from fedhet.yaml_input import JSONDict
 
 log = logging.getLogger(__name__)
 PROGRESS_PREFIX = "[fedhet] "  # `fedhet flower deploy` echoes the ServerApp's lines that carry it

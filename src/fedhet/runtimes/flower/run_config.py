@@ -23,12 +23,11 @@ import dataclasses
 import json
 from typing import Any
 
-from fedhet.atomic import JSONDict
 from fedhet.config import flatten as dotted
 from fedhet.config import load_config
 from fedhet.config.loading import set_path
 from fedhet.errors import ConfigError
-from fedhet.yaml_input import load_yaml
+from fedhet.yaml_input import JSONDict, load_yaml
 
 RunConfigValue = bool | int | float | str
 RUNTIME_KEYS: dict[str, type] = {"run-dir": str, "wait-for-nodes": float, "poll-interval": float,

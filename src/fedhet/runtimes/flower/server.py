@@ -25,7 +25,6 @@ from collections.abc import Callable
 from flwr.app import MessageType
 from flwr.serverapp import Grid
 
-from fedhet.atomic import JSONDict
 from fedhet.core.messages import Message, Reply
 from fedhet.engine.experiment import Experiment
 from fedhet.errors import FedhetError
@@ -34,6 +33,7 @@ from fedhet.runtimes.flower.faults import RoundFailed, required
 from fedhet.runtimes.flower.records import LOCAL_EPOCHS, LR, RUN_FOLDER, request_content
 from fedhet.runtimes.flower.transport import NodeLink
 from fedhet.runtimes.flower.validation import ReplyRejected, evaluate_reply, expected_reply_spec, fit_reply
+from fedhet.yaml_input import JSONDict
 
 log = logging.getLogger(__name__)
 class FlowerClients:

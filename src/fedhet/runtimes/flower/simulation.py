@@ -13,12 +13,12 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from fedhet.atomic import JSONDict
 from fedhet.config import ExperimentConfig
 from fedhet.engine.loop import Interrupted, RunResult
 from fedhet.engine.rundir import check_writable_path, start_check
 from fedhet.errors import FedhetError
 from fedhet.runtimes.flower import require_flower
+from fedhet.yaml_input import JSONDict
 
 log = logging.getLogger(__name__)
 

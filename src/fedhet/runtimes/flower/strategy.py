@@ -28,7 +28,6 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
-from fedhet.atomic import JSONDict
 from fedhet.config import ExperimentConfig, load_config
 from fedhet.core.messages import Message, Reply
 from fedhet.core.seeding import seeded
@@ -41,6 +40,7 @@ from fedhet.runtimes.flower.faults import required
 from fedhet.runtimes.flower.records import NUM_EXAMPLES, SERVER_ROUND, SPLIT, request_content
 from fedhet.runtimes.flower.transport import NodeLink
 from fedhet.runtimes.flower.validation import ReplyRejected, evaluate_reply, expected_reply_spec, fit_reply
+from fedhet.yaml_input import JSONDict
 
 log = logging.getLogger(__name__)
 
