@@ -21,26 +21,26 @@ import yaml
 
 from fedhet.config import ExperimentConfig, ServerConfig, TrainConfig, load_config, set_path
 from fedhet.errors import ConfigError, nearest
-from fedhet.tune.space import HPVector, SearchSpace, Space
+from fedhet.tune.space import HPValue, HPVector, SearchSpace, Space
 
 ROLE_SECTIONS = {"server": ("server", "method_args"), "client": ("train", "method_args")}
 _ROLE_NAMES = {"server": "a server (alpha, Agg)", "client": "a client (beta, Loc)"}
 
 
-def tunable_keys(cfg: ExperimentConfig) -> dict[str, Any]:
+def tunable_keys(cfg: ExperimentConfig) -> dict[str, Any]:  # Any: typing annotations (get_type_hints)
     """{dotted key: annotated type} of every checked tunable key: train.*, server.*, method_args.* of cfg.method."""
     from fedhet.algorithms.registry import ALGORITHMS
 
-    sections: tuple[tuple[str, Any], ...] = (("train", TrainConfig), ("server", ServerConfig),
+    sections: tuple[tuple[str, type], ...] = (("train", TrainConfig), ("server", ServerConfig),
                                              ("method_args", ALGORITHMS.get(cfg.method).Params))
-    keys: dict[str, Any] = {}
+    keys: dict[str, Any] = {}  # Any: as tunable_keys'
     for section, cls in sections:
         hints = get_type_hints(cls)
         keys.update({f"{section}.{f.name}": hints[f.name] for f in dataclasses.fields(cls)})
     return keys
 
 
-def _is_int(tp: Any) -> bool:
+def _is_int(tp: Any) -> bool:  # Any: a typing annotation
     """Whether a field annotation is int or int | None."""
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -48,7 +48,7 @@ def _is_int(tp: Any) -> bool:
     return bool(tp is int)
 
 
-def _check_key(role: str, key: str, cfg: ExperimentConfig, keys: Mapping[str, Any]) -> None:
+def _check_key(role: str, key: str, cfg: ExperimentConfig, keys: Mapping[str, Any]) -> None:  # Any: as tunable_keys'
     """The key exists (else: the nearest valid key) and belongs to `role`'s sections."""
     section = key.split(".")[0]
     if section == "model":
@@ -125,7 +125,8 @@ def apply_vector(cfg: ExperimentConfig, space: Space, vec: Mapping[str, float]) 
     return load_config(base=tree)
 
 
-def hparams_of(cfg: ExperimentConfig, space: Space, vec: Mapping[str, float]) -> tuple[TrainConfig, ServerConfig, Any]:
+def hparams_of(cfg: ExperimentConfig, space: Space, vec: Mapping[str, float]
+               ) -> tuple[TrainConfig, ServerConfig, Any]:  # Any: the method's own Params dataclass
     """(train, server, method Params) of `cfg` with the HP vector applied and validated: what
     `algorithms.base.with_hparams` takes for one client (beta^k) or one member (alpha)."""
     from fedhet.engine.experiment import method_params
@@ -134,12 +135,12 @@ def hparams_of(cfg: ExperimentConfig, space: Space, vec: Mapping[str, float]) ->
     return applied.train, applied.server, method_params(applied)
 
 
-def vector_to_dict(space: Space, vec: Mapping[str, float]) -> dict[str, Any]:
+def vector_to_dict(space: Space, vec: Mapping[str, float]) -> dict[str, HPValue]:
     """{dotted key: config value} with plain Python values (safe for yaml.safe_dump / JSON)."""
     return {key: _plain(value) for key, value in space.values(vec).items()}
 
 
-def vector_from_dict(space: Space, values: Mapping[str, Any]) -> HPVector:
+def vector_from_dict(space: Space, values: Mapping[str, HPValue]) -> HPVector:
     """The HP vector of {dotted key: config value} (inverse of `vector_to_dict`); ConfigError if off the space."""
     if set(values) != set(space.dims):
         raise ConfigError(f"HP values {sorted(values)} do not match the search space {sorted(space.dims)}")
@@ -153,11 +154,11 @@ def to_overrides(space: Space, vec: Mapping[str, float]) -> list[str]:
     return [f"{key}={_scalar(value)}" for key, value in vector_to_dict(space, vec).items()]
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: HPValue) -> HPValue:
     """Numpy scalars -> Python scalars."""
     return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
 
 
-def _scalar(value: Any) -> str:
+def _scalar(value: HPValue) -> str:
     """One YAML scalar on one line (1e-05 is written 1.0e-05, which YAML 1.1 reads as a float)."""
     return str(yaml.safe_dump(value, default_flow_style=True, width=1 << 30)).removesuffix("\n...\n").strip()

@@ -12,18 +12,19 @@ from typing import Any
 
 from fedhet.atomic import atomic_torch_save
 from fedhet.config import ExperimentConfig
-from fedhet.engine.checkpoint import config_differences
+from fedhet.engine.checkpoint import ConfigValue, config_differences
 from fedhet.engine.safe_load import load_trusted
 from fedhet.errors import CheckpointError
 from fedhet.tune.fedex import FedExState
 from fedhet.tune.fedpop import Tried
 from fedhet.tune.member import Member
+from fedhet.yaml_input import JSONDict
 
 FORMAT = 2  # 2: the config itself (was its hash), compared as a plain run's resume compares it
 FILENAME = "population.pt"
 
 
-def tuning_differences(old: dict[str, Any], cfg: ExperimentConfig) -> dict[str, tuple[Any, Any]]:
+def tuning_differences(old: JSONDict, cfg: ExperimentConfig) -> dict[str, tuple[ConfigValue, ConfigValue]]:
     """What differs between the config a population checkpoint was written with and `cfg`: the experiment's
     results-relevant keys (as a plain run's resume checks them), the rounds (R_c sets T_g and the annealing)
     and the tune section."""
@@ -44,7 +45,7 @@ class SavedPopulation:
     round: int
     members: list[Member]
     tried: Tried
-    rows: list[dict[str, Any]]
+    rows: list[JSONDict]
     elapsed: float
     halted: int | None = None
 
@@ -81,12 +82,12 @@ def load_population(path: Path, cfg: ExperimentConfig) -> SavedPopulation:
                            None if halted is None else int(halted))
 
 
-def _plain(member: Member) -> dict[str, Any]:
+def _plain(member: Member) -> dict[str, Any]:  # Any: the member's fields, torch-saved
     """A member's fields, its FedEx state as a plain mapping (the trusted loader reads no other classes)."""
     fields = {f.name: getattr(member, f.name) for f in dataclasses.fields(member)}
     return fields | {"fedex": dataclasses.asdict(member.fedex) if member.fedex is not None else None}
 
 
-def _key(pairs: list[Any]) -> tuple[tuple[str, float], ...]:
+def _key(pairs: list[Any]) -> tuple[tuple[str, float], ...]:  # Any: (key, value) pairs from torch.load
     """A tried vector's key as `Tried` holds it (the checkpoint may hand back lists for tuples)."""
     return tuple((str(k), float(v)) for k, v in pairs)

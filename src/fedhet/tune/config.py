@@ -16,6 +16,8 @@ from fedhet.config.typed import from_dict
 from fedhet.errors import ConfigError, unknown_choice
 from fedhet.tune.space import SearchSpace, load_space, parse_space
 
+SpaceSpec = Any  # Any: `tune.space` as parsed from YAML (a preset name, a file path or an inline mapping)
+
 WRAPPERS = ("rs", "sha")
 CLIENT_VECTORS = ("fixed", "ball", "fedex")
 SCORES = ("powerlaw", "avg", "last", "last_weighted")
@@ -33,7 +35,7 @@ FEDEX_SCHEDS = ("aggressive", "auto")
 class TuneConfig:
     """How `fedhet tune` searches (spec fedpop.md §2; the paper's values are the defaults)."""
 
-    space: Any = "fedavg"  # search space: a preset name, a YAML file, or an inline {server: ..., client: ...}
+    space: SpaceSpec = "fedavg"  # search space: a preset name, a YAML file, or an inline {server: ..., client: ...}
     wrapper: str = "rs"  # rs (random search) | sha (successive halving)
     configs: int | None = None  # N_c, the configurations started; default 5 (rs) / 27 (sha) (§2.10)
     clients: str = "ball"  # active clients' local vectors: fixed (= beta0) | ball (Delta-ball) | fedex (baseline)
@@ -106,7 +108,7 @@ class TuneConfig:
         return max(1, round(self.g_interval * rounds))
 
 
-def _positive(name: str, value: Any, at_least: int = 1, allow_none: bool = False) -> None:
+def _positive(name: str, value: Any, at_least: int = 1, allow_none: bool = False) -> None:  # Any: parsed YAML
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < at_least:

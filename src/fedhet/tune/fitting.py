@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from fedhet.algorithms.base import AnyAlgorithm
 from fedhet.core.contract import ClientState
@@ -37,7 +36,7 @@ class MemberRound:
 
 
 def fit_members(runner: InProcessClients, rnd: int, plans: list[MemberRound],
-                states_of: Callable[[Member], dict[int, Any]]) -> dict[int, Fitted]:
+                states_of: Callable[[Member], dict[int, ClientState]]) -> dict[int, Fitted]:
     """Every plan's clients fitted by `runner.fit_jobs`; per member slot, its replies and new client states, or
     the divergence message when any of its clients' losses became NaN / inf (that member only)."""
     jobs: list[FitJob] = []

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from fedhet.algorithms.base import AnyAlgorithm, with_hparams
 from fedhet.config import ExperimentConfig
-from fedhet.core.contract import ClientState
+from fedhet.core.contract import ClientState, ServerState
 from fedhet.tune.apply import hparams_of, vector_to_dict
 from fedhet.tune.fedex import FedExState
-from fedhet.tune.space import HPVector, SearchSpace
+from fedhet.tune.space import HPValue, HPVector, SearchSpace
 
 AnyAlgorithm = AnyAlgorithm
 MAX_CACHED = 1024
@@ -31,7 +30,7 @@ class Member:
     slot: int
     alpha: HPVector
     beta0: HPVector
-    server: Any
+    server: ServerState
     clients: dict[int, ClientState] = field(default_factory=dict)
     betas: list[HPVector] = field(default_factory=list)
     beta_history: list[list[float]] = field(default_factory=list)
@@ -43,7 +42,7 @@ class Member:
     fedex: FedExState | None = None  # tune.clients=fedex: its candidates and distribution
     best_local: int | None = None  # FedPop-L's best local vector at its last step (tune.l_after: best)
 
-    def values(self, space: SearchSpace) -> dict[str, Any]:
+    def values(self, space: SearchSpace) -> dict[str, HPValue]:
         """{dotted key: config value} of Concat(alpha, beta^0): the configuration as a user would set it."""
         return vector_to_dict(space.joint, {**self.alpha, **self.beta0})
 

@@ -16,10 +16,10 @@ import copy
 import logging
 import math
 import statistics
-from typing import Any
 
 import numpy as np
 
+from fedhet.core.contract import ClientState
 from fedhet.core.messages import Reply
 from fedhet.core.seeding import FINETUNE, numpy_rng, seeded
 from fedhet.engine.experiment import Experiment
@@ -208,7 +208,7 @@ class Population:
             child.weighted_last = math.inf  # (its beta_history restarts with the Delta-ball, `local_vectors`)
             child.born, child.parent, child.best_local = rnd, live[r.top].slot, None
 
-    def states_of(self, member: Member) -> dict[int, Any]:
+    def states_of(self, member: Member) -> dict[int, ClientState]:
         """Every client's state in `member`'s federation (a client that never trained there: a fresh state)."""
         return {cid: member.clients.get(cid) or self.base.init_client(cid)
                 for cid in range(self.runner.num_train_clients)}

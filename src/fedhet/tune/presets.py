@@ -29,19 +29,20 @@ log-scaled), so every preset dimension has scale 1.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fedhet.errors import unknown_choice
+from fedhet.yaml_input import JSONDict
 
 if TYPE_CHECKING:
     from fedhet.tune.space import SearchSpace
 
-_SERVER: dict[str, Any] = {
+_SERVER: JSONDict = {
     "server.lr": {"type": "log_uniform", "low": -1, "high": 1},
     "server.momentum": {"type": "uniform", "low": 0.0, "high": 0.9},
     "server.lr_decay": {"type": "one_minus_log", "low": -4, "high": -2},
 }
-_CLIENT: dict[str, Any] = {
+_CLIENT: JSONDict = {
     "train.lr": {"type": "log_uniform", "low": -4, "high": 0},
     "train.momentum": {"type": "uniform", "low": 0.0, "high": 0.99},
     "train.weight_decay": {"type": "log_uniform", "low": -5, "high": -1},
@@ -52,7 +53,7 @@ _MU_PAPER = {"type": "uniform", "low": 0.0, "high": 1.0}
 _MU_OFFICIAL = {"type": "log_uniform", "low": -5, "high": 0}
 _SERVER_OFFICIAL = {**_SERVER, "server.momentum": {"type": "choice", "values": [0.0, 0.9]}}
 
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: dict[str, JSONDict] = {
     "fedavg": {"server": _SERVER, "client": _CLIENT},
     "fedprox": {"server": _SERVER, "client": {**_CLIENT, "method_args.mu": _MU_PAPER}},
     "scaffold": {"server": {**_SERVER, "method_args.control_lr": {"type": "log_uniform", "low": -1, "high": 1},
@@ -63,7 +64,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def preset_tree(name: str) -> dict[str, Any]:
+def preset_tree(name: str) -> JSONDict:
     """A fresh copy of preset `name` as a {server: {...}, client: {...}} mapping (ConfigError if unknown)."""
     if name not in PRESETS:
         raise unknown_choice("search-space preset", name, PRESETS)

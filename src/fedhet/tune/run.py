@@ -20,7 +20,6 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -36,8 +35,10 @@ from fedhet.tune.apply import apply_vector, check_space, vector_to_dict
 from fedhet.tune.checkpoint import FILENAME, SavedPopulation, load_population, save_population
 from fedhet.tune.config import TuneConfig, resolve_space, tune_config
 from fedhet.tune.fedpop import is_g_round
+from fedhet.tune.member import Member
 from fedhet.tune.population import Population, global_search_due, member_scores
 from fedhet.tune.wrappers import best_slot, check_rs_budget, sha_rounds, survivors
+from fedhet.yaml_input import JSONDict
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class TuneResult:
 
     run_dir: Path
     rounds_completed: int
-    summary: dict[str, Any]
+    summary: JSONDict
 
 
 def tuner_name(tune: TuneConfig) -> str:
@@ -101,7 +102,7 @@ class TuningJob(RoundDriver[TuneResult]):
         super().__init__(f"tune {cfg.variant}", cfg.rounds, rundir.checkpoints / FILENAME, progress, on_phase)
         self.cfg, self.tune, self.population, self.dir, self.plan = cfg, tune, population, rundir, plan
         self.halted: int | None = None  # the round in which every configuration diverged (halt)
-        self.rows: list[dict[str, Any]] = []  # metrics.jsonl: the best member's curve
+        self.rows: list[JSONDict] = []  # metrics.jsonl: the best member's curve
         self.members_log = rundir.path / "tune" / "members.jsonl"
 
     def resume(self) -> None:
@@ -147,7 +148,7 @@ class TuningJob(RoundDriver[TuneResult]):
             self.rows += client_rows(rnd, "test", pop.evaluate(self.leader(), rnd, "test"))
         return None
 
-    def halt(self, rnd: int, trained: list[Any]) -> None:
+    def halt(self, rnd: int, trained: list[Member]) -> None:
         """Every configuration that trained in round `rnd` diverged. With nothing learned (no finite score yet)
         the search space is at fault: an error. Otherwise tuning ends here and the final configuration is chosen
         among them, each in its last finite state (nothing computed is lost; summary.json records `halted`)."""
@@ -162,10 +163,10 @@ class TuningJob(RoundDriver[TuneResult]):
         self.halted = rnd
         self.rows += client_rows(rnd, "test", self.population.evaluate(self.leader(), rnd, "test"))  # the curve's end
 
-    def scores(self, members: list[Any]) -> list[float]:
+    def scores(self, members: list[Member]) -> list[float]:
         return member_scores(self.tune, self.population.t_g, members)
 
-    def leader(self) -> Any:
+    def leader(self) -> Member:
         """The live member with the lowest score (ties: the lower slot)."""
         live = [m for m in self.population.members if m.alive and m.history]
         return min(zip(self.scores(live), (m.slot for m in live), live, strict=True))[2]

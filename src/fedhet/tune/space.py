@@ -28,6 +28,8 @@ from fedhet.config import deep_merge
 from fedhet.errors import ConfigError, nearest
 from fedhet.yaml_input import load_yaml, read_text
 
+HPValue = Any  # Any: a hyperparameter's config value as YAML gives it (number, string, bool, None)
+
 HPVector = dict[str, float]  # dotted config key -> position (log10 for log kinds, grid index for discrete kinds)
 
 CONTINUOUS = ("uniform", "log_uniform", "one_minus_log")
@@ -48,7 +50,7 @@ class Dim:
     kind: str
     low: float = 0.0  # continuous: lowest position (a); discrete: 0
     high: float = 0.0  # continuous: highest position (b); discrete: len(grid) - 1
-    grid: tuple[Any, ...] = ()  # discrete: the ordered values
+    grid: tuple[HPValue, ...] = ()  # discrete: the ordered values
     scale: float = 1.0
 
     @property
@@ -66,7 +68,7 @@ class Dim:
             return int(rng.integers(len(self.grid)))
         return float(rng.uniform(self.low, self.high))
 
-    def value(self, pos: float) -> Any:
+    def value(self, pos: float) -> HPValue:
         """The config value at position `pos`."""
         if self.discrete:
             return self.grid[int(pos)]
@@ -76,7 +78,7 @@ class Dim:
             return float(1.0 - 10.0 ** pos)
         return float(pos)
 
-    def position(self, value: Any) -> float:
+    def position(self, value: HPValue) -> float:
         """The position of config value `value` (inverse of `value`); a ConfigError if it is off the space."""
         if self.discrete:
             if value not in self.grid:
@@ -101,7 +103,7 @@ class Space:
         """h ~ H: every coordinate drawn from its original distribution."""
         return {key: dim.sample(rng) for key, dim in self.dims.items()}
 
-    def values(self, vec: Mapping[str, float]) -> dict[str, Any]:
+    def values(self, vec: Mapping[str, float]) -> dict[str, HPValue]:
         """{dotted key: config value} of an HP vector."""
         self.check(vec)
         return {key: dim.value(vec[key]) for key, dim in self.dims.items()}
@@ -133,7 +135,7 @@ class SearchSpace:
         return ({k: vec[k] for k in self.server.dims}, {k: vec[k] for k in self.client.dims})
 
 
-def _number(raw: Any, where: str) -> float:
+def _number(raw: Any, where: str) -> float:  # Any: parsed YAML, checked here
     """A finite float from a YAML number (or a string such as '1e-3', which YAML 1.1 reads as text)."""
     if isinstance(raw, bool):
         raise ConfigError(f"{where} must be a number, got {raw!r}")
@@ -146,7 +148,7 @@ def _number(raw: Any, where: str) -> float:
     return x
 
 
-def _bounds(key: str, spec: Mapping[str, Any], integer: bool) -> tuple[float, float]:
+def _bounds(key: str, spec: Mapping[str, Any], integer: bool) -> tuple[float, float]:  # Any: parsed YAML
     """(low, high) of a range dimension: present, numeric (integers for int kinds) and low < high."""
     where = f"search space '{key}'"
     missing = [name for name in ("low", "high") if name not in spec]
@@ -161,7 +163,7 @@ def _bounds(key: str, spec: Mapping[str, Any], integer: bool) -> tuple[float, fl
     return low, high
 
 
-def parse_dim(key: str, spec: Any) -> Dim:
+def parse_dim(key: str, spec: Any) -> Dim:  # Any: parsed YAML, checked here
     """One dimension from its YAML mapping ({type, low, high} or {type: choice, values}, optional scale)."""
     where = f"search space '{key}'"
     if not isinstance(spec, Mapping):
@@ -187,7 +189,7 @@ def parse_dim(key: str, spec: Any) -> Dim:
             raise ConfigError(f"{where}: type choice needs a non-empty list 'values', got {values!r}")
         if len({repr(v) for v in values}) != len(values):
             raise ConfigError(f"{where}: choice values {values} repeat a value; list each value once")
-        grid: tuple[Any, ...] = tuple(values)
+        grid: tuple[HPValue, ...] = tuple(values)
     else:
         low, high = _bounds(key, spec, integer=True)
         if kind == "log2_int" and low < 0:
@@ -197,7 +199,7 @@ def parse_dim(key: str, spec: Any) -> Dim:
     return Dim(key, kind, 0.0, float(len(grid) - 1), grid, scale)
 
 
-def parse_space(data: Any) -> SearchSpace:
+def parse_space(data: Any) -> SearchSpace:  # Any: parsed YAML, checked here
     """A SearchSpace from a mapping {preset?, server: {key: dim}, client: {key: dim}} (docs/tune.md).
 
     `preset: NAME` starts from a named preset (`fedhet.tune.presets`); a dimension given below replaces the
