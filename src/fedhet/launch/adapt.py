@@ -5,17 +5,17 @@ e.g. with another part (novel.part=hypernetwork) or more epochs, from the run's 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from fedhet.engine.novel import adapt_novel
 from fedhet.errors import FedhetError
 from fedhet.launch.export import check_out, checked_run, load_run
+from fedhet.yaml_input import JSONDict
 
 ADAPT_KEYS = ("novel.epochs", "novel.part", "novel.lr", "novel.reach")
 
 
 def adapt_run(run_dir: str | Path, overrides: list[str], progress: bool = True, data: str | Path | None = None,
-              name: str | None = None, export: str | Path | None = None, overwrite: bool = False) -> dict[str, Any]:
+              name: str | None = None, export: str | Path | None = None, overwrite: bool = False) -> JSONDict:
     """Adapt the held-out clients of the finished run in `run_dir` with the run's config plus `overrides`
     (adaptation settings only), or with `data` the new site whose data it is (named `name`, its adapted model
     exported to `export`); the result is merged into run_dir/novel.json and returned."""

@@ -12,7 +12,7 @@ from fedhet.errors import ConfigError
 if TYPE_CHECKING:
     from typing import TypeAlias
 
-    Subparsers: TypeAlias = argparse._SubParsersAction[Any]
+    Subparsers: TypeAlias = argparse._SubParsersAction[Any]  # Any: argparse's own parameter
 
 
 def add_configs_parser(sub: Subparsers) -> None:

@@ -24,20 +24,22 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from fedhet.atomic import current_umask, strict_json
 from fedhet.config import ExperimentConfig, load_config
+from fedhet.core.contract import ServerState
 from fedhet.core.seeding import EVALUATE, client_stream, seeded
 from fedhet.engine.checkpoint import load_checkpoint
+from fedhet.engine.executor import ClientStates
 from fedhet.engine.experiment import Experiment, build_experiment
 from fedhet.engine.local import deployed_model
 from fedhet.engine.rundir import RunDirectory
 from fedhet.errors import FedhetError
 from fedhet.launch.exported import EXPORT_FILE, GLOBAL_FILE, MODEL_FILE
 from fedhet.launch.run import make_executor
+from fedhet.yaml_input import JSONDict
 
 StateDict = dict[str, torch.Tensor]
 NO_GLOBAL = "the server holds no whole model (part of each client's model stays local): deploy the client models"
@@ -49,8 +51,8 @@ class Export:
     `note` says why), the architecture and the manifest's facts."""
 
     clients: dict[str, StateDict]
-    spec: dict[str, Any]
-    facts: dict[str, Any]
+    spec: JSONDict
+    facts: JSONDict
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     global_model: StateDict | None = None
     note: str = ""
@@ -63,8 +65,8 @@ class LoadedRun:
 
     cfg: ExperimentConfig
     exp: Experiment
-    server: Any
-    states: Any
+    server: ServerState
+    states: ClientStates
     round: int
 
 
@@ -145,7 +147,7 @@ def global_model(run: LoadedRun) -> StateDict | None:
     return state
 
 
-def model_spec(cfg: ExperimentConfig, exp: Experiment) -> dict[str, Any]:
+def model_spec(cfg: ExperimentConfig, exp: Experiment) -> JSONDict:
     """model.json: what `load_exported` needs to rebuild the architecture, and the data it expects."""
     data = exp.data
     return {"model": cfg.model.name, "args": dict(cfg.model.args), "num_classes": data.num_classes,
@@ -180,11 +182,11 @@ def file_names(names: list[str]) -> dict[str, str]:
     return out
 
 
-def manifest(export: Export, files: dict[str, str]) -> dict[str, Any]:
+def manifest(export: Export, files: dict[str, str]) -> JSONDict:
     """export.json: the facts, each client's file and final metrics, and the global model (or why none)."""
     clients = {n: {"file": files[n], "metrics": export.metrics.get(n),
                    **({"classes": export.heads[n]} if n in export.heads else {})} for n in export.clients}
-    glob: dict[str, Any] = {"file": None, "note": export.note}
+    glob: JSONDict = {"file": None, "note": export.note}
     if export.global_model is not None:
         glob = {"file": GLOBAL_FILE, "metrics": export.metrics.get("pooled")}
     return {**export.facts, "fedhet_version": fedhet_version(), "clients": clients, "global": glob,

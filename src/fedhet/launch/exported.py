@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
 from fedhet.errors import FedhetError
+from fedhet.yaml_input import JSONDict
 
 EXPORT_FILE = "export.json"
 MODEL_FILE = "model.json"
 GLOBAL_FILE = "global.pt"
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> JSONDict:
     if not path.is_file():
         raise FedhetError(f"'{path.parent}' is not a fedhet export folder (no {path.name}); give the folder "
                           "`fedhet export` wrote")
@@ -37,7 +37,7 @@ def exported_file(folder: str | Path, client: str | None = None) -> Path:
     without a global model is one FedhetError listing what the folder holds."""
     folder = Path(folder)
     manifest = _read_json(folder / EXPORT_FILE)
-    clients: dict[str, Any] = manifest.get("clients", {})
+    clients: JSONDict = manifest.get("clients", {})
     if client is None:
         file = (manifest.get("global") or {}).get("file")
         if not file:

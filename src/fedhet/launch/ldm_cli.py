@@ -22,7 +22,7 @@ PRETRAIN_ONLY = ("minutes", "resume", "overwrite")
 SAMPLES_ONLY = ("per_prompt", "guidance", "num_threads")
 
 
-def add_ldm(sub: Any) -> None:
+def add_ldm(sub: Any) -> None:  # Any: argparse's private _SubParsersAction
     """Register `fedhet ldm` on the subcommand parsers `sub`."""
     ldm = sub.add_parser("ldm", help="FedBiP's latent diffusion model: pretrain the small LDM (cached, resumable) | "
                                      "samples (a PNG grid of what a checkpoint generates)")

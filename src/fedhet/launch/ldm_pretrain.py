@@ -29,18 +29,18 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from fedhet.atomic import current_umask
 from fedhet.engine.rundir import RunDirectory
 from fedhet.errors import CheckpointError, FedhetError
-from fedhet.launch.ldm_trainer import LDMTrainer
+from fedhet.launch.ldm_trainer import LDMTrainer, TrainerState
 from fedhet.models.ldm.checkpoint import FEDHET_META, load_components
 from fedhet.models.ldm.pretrain_config import LDMPretrainConfig, SampleSettings
 from fedhet.models.ldm.samples import write_sample_grid
 from fedhet.outpaths import check_plot_file
+from fedhet.yaml_input import JSONDict
 
 log = logging.getLogger(__name__)
 META_FILE = FEDHET_META
@@ -54,10 +54,10 @@ class LDMPretrained:
     path: Path
     trained: bool
     finished: bool
-    meta: dict[str, Any]
+    meta: JSONDict
 
 
-def read_meta(out: Path) -> dict[str, Any] | None:
+def read_meta(out: Path) -> JSONDict | None:
     """fedhet_ldm.json of a checkpoint folder written by `pretrain_ldm`, or None."""
     try:
         meta = json.loads((out / META_FILE).read_text())
@@ -71,7 +71,7 @@ def work_dir(out: Path) -> Path:
     return out.parent / f".{out.name}.pretrain"
 
 
-def check_out(out: Path, key: str, overwrite: bool, resume: bool = False) -> dict[str, Any] | None:
+def check_out(out: Path, key: str, overwrite: bool, resume: bool = False) -> JSONDict | None:
     """The metadata of a finished pretraining with this key at `out` (reuse it), None to train; a FedhetError
     when `out` cannot take the result. (A resumed pretraining may replace a result with other settings: it was
     started with overwrite; `start_state` checks its settings.)"""
@@ -99,7 +99,7 @@ def check_out(out: Path, key: str, overwrite: bool, resume: bool = False) -> dic
     return None
 
 
-def start_state(work: Path, key: str, resume: bool, overwrite: bool) -> dict[str, Any] | None:
+def start_state(work: Path, key: str, resume: bool, overwrite: bool) -> TrainerState | None:
     """The training state to continue (resume), or None to start; errors as `fedhet run`'s."""
     path = work / "state.pt"
     if resume and not path.is_file():
@@ -112,7 +112,7 @@ def start_state(work: Path, key: str, resume: bool, overwrite: bool) -> dict[str
         path.unlink(missing_ok=True)
         return None
     try:
-        state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+        state: TrainerState = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a truncated or foreign file
         raise CheckpointError(f"cannot read the pretraining state '{path}' ({type(e).__name__}); start again with "
                               "--overwrite") from e

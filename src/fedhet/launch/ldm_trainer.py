@@ -40,10 +40,12 @@ from fedhet.models.ldm.pretrain import (
 from fedhet.models.ldm.pretrain_config import LDMPretrainConfig
 from fedhet.models.ldm.samples import write_sample_grid
 from fedhet.models.vl_common import quiet_transformers
+from fedhet.yaml_input import JSONDict
 
 log = logging.getLogger(__name__)
 STAGES = ("vae", "unet")
 SMOOTH = 50  # the final loss reported: the mean of the last SMOOTH steps
+TrainerState = dict[str, Any]  # Any: torch-saved training state (models, optimizers, RNG, losses, counters)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -62,7 +64,7 @@ def _count(net: torch.nn.Module) -> int:
 class LDMTrainer:
     """The pool, the frozen MiniLM and its prompt states, the VAE and UNet with their optimizers, and the state."""
 
-    def __init__(self, cfg: LDMPretrainConfig, state_path: Path, state: dict[str, Any] | None,
+    def __init__(self, cfg: LDMPretrainConfig, state_path: Path, state: TrainerState | None,
                  progress: bool = True) -> None:
         self.cfg, self.path, self.progress = cfg, state_path, progress
         self.device = resolve_device(cfg.device)
@@ -74,7 +76,7 @@ class LDMTrainer:
         with seeded(cfg.seed, "ldm-vae-init"):
             self.vae = build_vae(cfg).to(self.device)
         self.vae_opt = torch.optim.AdamW(self.vae.parameters(), lr=cfg.vae.lr)
-        self.state: dict[str, Any] = state or {"key": cfg.key(), "stage": "vae", "step": 0,
+        self.state: TrainerState = state or {"key": cfg.key(), "stage": "vae", "step": 0,
                                                "elapsed": dict.fromkeys(STAGES, 0.0), "losses": {s: [] for s in STAGES}}
         if state is not None:
             self.vae.load_state_dict(state["vae"])
@@ -82,10 +84,10 @@ class LDMTrainer:
                 self.vae_opt.load_state_dict(state["vae_opt"])
             torch.set_rng_state(state["torch_rng"])
         self.scale, self.latents = 1.0, (torch.zeros(0), torch.zeros(0))
-        self.unet: Any = None
-        self.unet_opt: Any = None
+        self.unet: Any = None  # Any: diffusers' UNet (untyped), built at the UNet stage
+        self.unet_opt: Any = None  # Any: its AdamW, built with it (None until then)
         self.ema: dict[str, torch.Tensor] = {}
-        self.scheduler: Any = None
+        self.scheduler: Any = None  # Any: a diffusers scheduler (untyped)
 
     def done(self) -> int:
         """Steps made in all (both stages)."""
@@ -126,7 +128,7 @@ class LDMTrainer:
             bar.close()
 
     def _loop(self, stage: str, total: int, step_fn: Callable[[int, torch.Generator], float],
-              budget: float | None, stop_after: int | None, bar: Any) -> bool:
+              budget: float | None, stop_after: int | None, bar: Any) -> bool:  # Any: a tqdm bar
         """Steps state["step"]..total-1 of `stage` within `budget` seconds; False if `stop_after` stopped it."""
         s, start = self.state, time.monotonic()
         base = s["elapsed"][stage]
@@ -178,7 +180,7 @@ class LDMTrainer:
         ema_update(self.ema, self.unet, cfg.unet.ema_decay, step)
         return loss
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> JSONDict:
         """fedhet_ldm.json: the settings and key, pool, steps, seconds, final losses, sizes."""
         s, losses = self.state, self.state["losses"]
         return {"key": s["key"], "settings": self.cfg.to_dict(), "template": self.cfg.template,
@@ -190,7 +192,7 @@ class LDMTrainer:
                 "scaling_factor": self.scale,
                 "parameters": {"vae": _count(self.vae), "unet": _count(self.unet) if self.unet is not None else None}}
 
-    def write(self, folder: Path, meta_file: str) -> dict[str, Any]:
+    def write(self, folder: Path, meta_file: str) -> JSONDict:
         """Write the finished LDM into `folder`: diffusers layout (EMA UNet weights), meta, loss.csv, samples."""
         self.vae.register_to_config(scaling_factor=self.scale)
         self.unet.load_state_dict({**self.unet.state_dict(), **self.ema})

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
@@ -25,6 +24,7 @@ from fedhet.engine.checkpoint import fingerprint
 from fedhet.errors import ConfigError
 from fedhet.models import build_model
 from fedhet.models.vl_pretrain import evaluate_accuracy, load_backbone, pretrain, save_backbone
+from fedhet.yaml_input import JSONDict
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class Pretrained:
     path: Path
     accuracy: float
     trained: bool
-    meta: dict[str, Any]
+    meta: JSONDict
 
 
 def pretrain_key(cfg: ExperimentConfig, epochs: int, minutes: float | None) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 from fedhet.config import DataConfig
 from fedhet.data import ClientData, FederatedData, build_federated_data
@@ -29,6 +28,7 @@ from fedhet.launch.export import (
     shapes,
     write_folder,
 )
+from fedhet.yaml_input import JSONDict
 
 SITE_DATASETS = ("imagefolder", "csv")
 SITE_NOTE = "a site's export holds its adapted model only; the run's own export (fedhet export) holds the others"
@@ -88,7 +88,7 @@ def load_site(run: LoadedRun, path: str | Path, name: str | None) -> ClientData:
 
 
 def adapt_site(run: LoadedRun, client: ClientData, source: Path, run_dir: Path, export: Path | None = None
-               ) -> dict[str, Any]:
+               ) -> JSONDict:
     """Adapt the site like a held-out client from the run's final server state; merge the result into
     novel.json and, with `export`, write the adapted model there. Returns the novel.json entry."""
     exp, cfg = run.exp, run.cfg.novel

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 from tqdm.auto import tqdm
@@ -19,6 +19,7 @@ from fedhet.engine.loop import run_dir_for
 from fedhet.engine.rundir import RunDirectory
 from fedhet.errors import ConfigError, nearest, unknown_choice
 from fedhet.launch.run import run_experiment
+from fedhet.yaml_input import JSONDict
 
 if TYPE_CHECKING:
     from fedhet.models.base import SplitModel
@@ -55,7 +56,7 @@ def plan_sweep(cfg: ExperimentConfig, methods: list[str] | None = None, seeds: l
     for key in spec:
         if key not in SWEEP_KEYS:
             raise ConfigError(f"unknown sweep key '{key}'{nearest(key, SWEEP_KEYS)}; valid: {', '.join(SWEEP_KEYS)}")
-    variants: dict[str, Any] = spec.get("variants") or {}
+    variants: JSONDict = spec.get("variants") or {}
     if not isinstance(variants, dict) or not all(isinstance(v, dict) for v in variants.values()):
         raise ConfigError("sweep.variants must map a label to a dict of settings, e.g. {fraug_no_ema: "
                           "{method: fraug, method_args: {use_ema: false}}}")
@@ -64,7 +65,7 @@ def plan_sweep(cfg: ExperimentConfig, methods: list[str] | None = None, seeds: l
     _check_entries(methods, variants)
     seeds = seeds if seeds is not None else spec.get("seeds") or [cfg.seed]
     datasets = datasets or spec.get("datasets") or [cfg.data.dataset]
-    overrides: dict[str, Any] = spec.get("overrides") or {}
+    overrides: JSONDict = spec.get("overrides") or {}
     base = cfg.to_dict()
     base["sweep"] = {}
     configs = []
@@ -85,7 +86,7 @@ def plan_sweep(cfg: ExperimentConfig, methods: list[str] | None = None, seeds: l
     return SweepPlan(configs)
 
 
-def _check_entries(entries: list[str], variants: dict[str, Any]) -> None:
+def _check_entries(entries: list[str], variants: JSONDict) -> None:
     """Every entry of the method list names a registered method or a variant of `sweep.variants`."""
     from fedhet.algorithms import ALGORITHMS
 
