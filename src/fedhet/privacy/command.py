@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from typing import TypeAlias
 
-    Subparsers: TypeAlias = argparse._SubParsersAction[Any]
+    from fedhet.yaml_input import JSONDict
+
+    Subparsers: TypeAlias = argparse._SubParsersAction[Any]  # Any: argparse's own parameter
 
 COLUMNS = (("loss gap", "loss", "gap"), ("entropy gap", "entropy", "gap"), ("loss acc", "loss", "attack_accuracy"),
            ("loss AUC", "loss", "auc"), ("mentr acc", "modified_entropy", "attack_accuracy"))
@@ -32,7 +34,7 @@ def add_privacy_parser(sub: Subparsers) -> None:
     privacy.set_defaults(func=cmd_privacy)
 
 
-def format_result(result: dict[str, Any]) -> list[str]:
+def format_result(result: JSONDict) -> list[str]:
     """The table `fedhet privacy` prints: one row per client, then avg and pooled, then Table 4's numbers."""
     lines = [f"{'client':<16} {'members':>8} {'non-mem':>8} " + " ".join(f"{title:>11}" for title, _, _ in COLUMNS)]
     rows = {**result["clients"], "avg": result["avg"], "pooled": result["pooled"]}

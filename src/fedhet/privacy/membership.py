@@ -10,16 +10,16 @@ accuracy at the members' mean score: Yeom et al. 2018's threshold, the average t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import Dataset
 
+from fedhet.core.protocols import SampleSet
 from fedhet.errors import FedhetError
 from fedhet.privacy.attacks import accuracy_at, auc, best_threshold, gap
 from fedhet.privacy.scores import MEMBER_IS_LOWER, SCORES, sample_scores
+from fedhet.yaml_input import JSONDict
 
 Scores = Mapping[str, np.ndarray]
 NOT_AVERAGED = ("threshold",)  # a threshold is the model's own; a mean of several models' thresholds means nothing
@@ -35,21 +35,21 @@ def score_report(members: np.ndarray, nonmembers: np.ndarray, lower_is_member: b
             "mean_threshold_accuracy": accuracy_at(members, nonmembers, float(np.mean(members)), lower_is_member)}
 
 
-def membership_report(members: Scores, nonmembers: Scores) -> dict[str, Any]:
+def membership_report(members: Scores, nonmembers: Scores) -> JSONDict:
     """The report of every score in both mappings (name -> per-sample values), with the two sample counts."""
     names = [name for name in SCORES if name in members and name in nonmembers]
     if not names:
         raise FedhetError(f"no membership score to report: give per-sample scores named from {', '.join(SCORES)}")
-    report: dict[str, Any] = {"num_members": int(len(members[names[0]])),
+    report: JSONDict = {"num_members": int(len(members[names[0]])),
                               "num_nonmembers": int(len(nonmembers[names[0]]))}
     for name in names:
         report[name] = score_report(members[name], nonmembers[name], MEMBER_IS_LOWER[name])
     return report
 
 
-def evaluate_membership(model: nn.Module, members: Dataset[Any], nonmembers: Dataset[Any], device: torch.device,
+def evaluate_membership(model: nn.Module, members: SampleSet, nonmembers: SampleSet, device: torch.device,
                         batch_size: int = 256, classes: Sequence[int] | None = None
-                        ) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
+                        ) -> tuple[JSONDict, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Score `model` on both datasets and report (works on any classifier, not only a run's): the report and
     the members' and non-members' per-sample scores (for pooling several clients)."""
     for what, data in (("members", members), ("non-members", nonmembers)):
@@ -60,12 +60,12 @@ def evaluate_membership(model: nn.Module, members: Dataset[Any], nonmembers: Dat
     return membership_report(m, u), m, u
 
 
-def average_reports(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def average_reports(reports: Sequence[JSONDict]) -> JSONDict:
     """The uniform mean over clients of every per-score number (as fedhet's `avg` client; thresholds left out)
     and the total sample counts."""
     if not reports:
         raise FedhetError("no client to average: the run has no evaluated client")
-    out: dict[str, Any] = {"num_members": sum(int(r["num_members"]) for r in reports),
+    out: JSONDict = {"num_members": sum(int(r["num_members"]) for r in reports),
                            "num_nonmembers": sum(int(r["num_nonmembers"]) for r in reports)}
     for name in SCORES:
         if all(name in r for r in reports):
@@ -74,7 +74,7 @@ def average_reports(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def pooled_report(members: Sequence[Scores], nonmembers: Sequence[Scores]) -> dict[str, Any]:
+def pooled_report(members: Sequence[Scores], nonmembers: Sequence[Scores]) -> JSONDict:
     """The report on every client's members against every client's non-members, concatenated."""
     names = [name for name in SCORES if all(name in s for s in (*members, *nonmembers))]
     return membership_report({n: np.concatenate([s[n] for s in members]) for n in names},

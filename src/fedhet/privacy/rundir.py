@@ -22,14 +22,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 from torch import nn
-from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from fedhet.atomic import atomic_write_text, strict_json
 from fedhet.config import load_config
+from fedhet.core.contract import ClientState, ServerState
+from fedhet.core.protocols import SampleSet
 from fedhet.core.seeding import EVALUATE, client_stream, seeded
 from fedhet.data import ClientData
 from fedhet.engine.checkpoint import load_checkpoint
@@ -38,17 +38,18 @@ from fedhet.engine.local import deployed_model
 from fedhet.engine.rundir import RunDirectory
 from fedhet.errors import FedhetError
 from fedhet.privacy.membership import average_reports, evaluate_membership, pooled_report
+from fedhet.yaml_input import JSONDict
 
 PRIVACY_FILE = "privacy.json"
 SPLITS = {"train": "train_eval", "val": "val", "test": "test"}  # split name -> ClientData attribute
 
 
-def client_split(client: ClientData, split: str) -> Dataset[Any]:
+def client_split(client: ClientData, split: str) -> SampleSet:
     """The client's `split` ("train": the training samples with the evaluation transform, "val", "test"), or a
     FedhetError naming the client when it has none or it is empty."""
     if split not in SPLITS:
         raise FedhetError(f"unknown split '{split}': choose one of {', '.join(SPLITS)}")
-    data: Dataset[Any] | None = getattr(client, SPLITS[split])
+    data: SampleSet | None = getattr(client, SPLITS[split])
     if data is None or len(data) == 0:  # type: ignore[arg-type]
         hint = " (set data.val_fraction > 0 when running it)" if split == "val" else ""
         raise FedhetError(f"client '{client.name}' has no {split} split{hint}, so it has no "
@@ -57,7 +58,7 @@ def client_split(client: ClientData, split: str) -> Dataset[Any]:
     return data
 
 
-def deployed_models(exp: Experiment, server: Any, states: Mapping[int, Any], rnd: int
+def deployed_models(exp: Experiment, server: ServerState, states: Mapping[int, ClientState], rnd: int
                     ) -> Iterator[tuple[int, nn.Module, int]]:
     """(client id, deployed model, evaluation batch size) of every training client at round `rnd`, seeded as
     the in-process evaluation seeds them. A model may be a reused workspace: use it before taking the next."""
@@ -70,8 +71,8 @@ def deployed_models(exp: Experiment, server: Any, states: Mapping[int, Any], rnd
         yield cid, model, batch_size
 
 
-def evaluate_experiment(exp: Experiment, server: Any, states: Mapping[int, Any], rnd: int, members: str = "train",
-                        nonmembers: str = "test", progress: bool = False) -> dict[str, Any]:
+def evaluate_experiment(exp: Experiment, server: ServerState, states: Mapping[int, ClientState], rnd: int,
+                        members: str = "train", nonmembers: str = "test", progress: bool = False) -> JSONDict:
     """The membership report of every training client's deployed model (members: its `members` split,
     non-members: its `nonmembers` split), their average, the pooled report and Table 4's two gaps."""
     if members == nonmembers:
@@ -107,7 +108,7 @@ def check_run_dir(run_dir: Path) -> RunDirectory:
     return rundir
 
 
-def load_states(rundir: RunDirectory, exp: Experiment) -> tuple[Any, dict[int, Any], int]:
+def load_states(rundir: RunDirectory, exp: Experiment) -> tuple[ServerState, dict[int, ClientState], int]:
     """The checkpoint's server state, client states and round (checked against the run's config)."""
     payload = load_checkpoint(rundir.latest_checkpoint, exp.config.to_dict())
     states = payload["clients"]
@@ -117,7 +118,7 @@ def load_states(rundir: RunDirectory, exp: Experiment) -> tuple[Any, dict[int, A
     return payload["server"], states, int(payload["round"])
 
 
-def write_privacy(path: Path, result: dict[str, Any]) -> None:
+def write_privacy(path: Path, result: JSONDict) -> None:
     """Merge `result` into path/privacy.json under "<members>_vs_<nonmembers>", atomically."""
     file = path / PRIVACY_FILE
     existing = json.loads(file.read_text()) if file.is_file() else {}
@@ -126,7 +127,7 @@ def write_privacy(path: Path, result: dict[str, Any]) -> None:
 
 
 def evaluate_run(run_dir: str | Path, members: str = "train", nonmembers: str = "test", progress: bool = True,
-                 write: bool = True) -> dict[str, Any]:
+                 write: bool = True) -> JSONDict:
     """Membership inference on the run in `run_dir` at its latest checkpoint (module docstring); with `write`,
     the result is merged into run_dir/privacy.json. Bad input is one FedhetError, before anything is written."""
     rundir = check_run_dir(Path(run_dir))

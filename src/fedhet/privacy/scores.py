@@ -20,14 +20,13 @@ so the mean `loss` equals the `loss` the run logged on the same split (to float 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import Dataset
 
 from fedhet.core.batches import restrict_logits, to_device
+from fedhet.core.protocols import SampleSet
 from fedhet.engine.batching import in_order
 
 SCORES = ("loss", "entropy", "modified_entropy", "confidence")
@@ -50,7 +49,7 @@ def scores_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, 
 
 
 @torch.no_grad()
-def sample_scores(model: nn.Module, dataset: Dataset[Any], device: torch.device, batch_size: int = 256,
+def sample_scores(model: nn.Module, dataset: SampleSet, device: torch.device, batch_size: int = 256,
                   classes: Sequence[int] | None = None) -> dict[str, np.ndarray]:
     """Every per-sample score of `model` (put in eval mode) on `dataset`, in the dataset's order, as float64
     arrays; `classes`: the client's own classes (the logits of the others are masked, as in evaluation)."""
