@@ -194,7 +194,7 @@ class Algorithm(Generic[S, C, W, P]):
 
 
 # a method looked up by name at run time (the registry, the engine's experiment): its four types are its own
-AnyAlgorithm = Algorithm[Any, Any, Any, Any]
+AnyAlgorithm = Algorithm[Any, Any, Any, Any]  # Any: any method's own state, work and Params types
 
 
 class ModelAlgorithm(Algorithm[ServerState, ClientState, Work, P]):

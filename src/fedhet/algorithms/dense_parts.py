@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -76,8 +75,7 @@ class BNStatistics:
         self.terms: list[Tensor] = []
         self.hooks = [m.register_forward_hook(self._hook) for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
 
-    # Any: a forward hook's output, unused
-    def _hook(self, module: nn.Module, inputs: tuple[Tensor, ...], _: Any) -> None:
+    def _hook(self, module: nn.Module, inputs: tuple[Tensor, ...], _: object) -> None:  # _: the output, unused
         x = inputs[0]
         mean, var = x.mean(dim=(0, 2, 3)), x.transpose(0, 1).flatten(1).var(dim=1, unbiased=False)
         assert isinstance(module, nn.BatchNorm2d) and module.running_mean is not None

@@ -82,8 +82,7 @@ class DittoMMD(DittoFamily[DittoMMDState, DittoMMDWork, DittoMMDParams]):
     client_state_type = DittoMMDState
     work_type = DittoMMDWork
 
-    # Any: forwarded to Algorithm.__init__
-    def __init__(self, params: DittoMMDParams, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, params: DittoMMDParams, *args: Any, **kwargs: Any) -> None:  # Any: to Algorithm.__init__
         super().__init__(params, *args, **kwargs)
         self.layers: list[str] = list(params.layers) if params.layers else ["features"]
         check_layers(self.parts.template, self.layers)

@@ -68,8 +68,7 @@ class EmbeddingNoise(ModelAlgorithm[EmbeddingNoiseParams]):
     personalized = True
     Params = EmbeddingNoiseParams
 
-    # Any: forwarded to Algorithm.__init__
-    def __init__(self, params: EmbeddingNoiseParams, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, params: EmbeddingNoiseParams, *args: Any, **kwargs: Any) -> None:  # Any: to Algorithm.__init__
         super().__init__(params, *args, **kwargs)
         self.personalized = bool(params.local_bn)
 

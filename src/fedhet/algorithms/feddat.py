@@ -159,7 +159,7 @@ class FedDAT(PeftFamily[DATWork, FedDATParams]):
         return exp_rampup(work.offset + work.step, work.steps)
 
     # Any: a VL batch as collated
-    def path_logits(self, work: DATWork, x: Any, path: str, head_grad: bool = True) -> torch.Tensor:
+    def path_logits(self, work: DATWork, x: Any, path: str, head_grad: bool = True) -> torch.Tensor:  # Any: a batch's x
         """Logits through adapter `path`; `head_grad=False`: the head's weights detached (no gradient into it)."""
         with adapter_path(work.model, path):
             if head_grad:
@@ -184,7 +184,7 @@ class FedDAT(PeftFamily[DATWork, FedDATParams]):
         return 2 if self.single_optimizer() else 1
 
     # Any: a VL batch as collated
-    def dat_step(self, work: DATWork, x: Any, y: torch.Tensor, optimizers: Optimizers) -> torch.Tensor:
+    def dat_step(self, work: DATWork, x: Any, y: torch.Tensor, optimizers: Optimizers) -> torch.Tensor:  # Any: as above
         """One local step of Alg. 1: L^s for A_s (+ head), L^DAT for A_c (+ head: `head_losses`), `update`."""
         p, w = self.params, self.weight(work)
         work.step += 1

@@ -85,7 +85,7 @@ class FedDyn(Algorithm[FedDynServerState, FedDynClientState, FedDynWork, FedDynP
     Params = FedDynParams
     capabilities = Capabilities(loss_is_batch_mean=True)  # mean cross-entropy plus terms of the weights alone
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # Any: forwarded to Algorithm.__init__
         super().__init__(*args, **kwargs)
         if not self.server_opt.is_identity():
             raise ConfigError("feddyn sets the global model itself (Acar et al. 2021, Alg. 1, line 10); leave "

@@ -51,7 +51,7 @@ class FedNova(ModelAlgorithm[NoParams]):
     name = "fednova"
     Params = NoParams
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # Any: forwarded to Algorithm.__init__
         super().__init__(*args, **kwargs)
         if self.train_cfg.optimizer != "sgd":
             raise ConfigError("fednova normalizes by the steps of local SGD (Wang et al. 2020, Sec. 4); set "

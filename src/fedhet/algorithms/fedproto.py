@@ -31,18 +31,18 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from fedhet.algorithms.base import Algorithm
 from fedhet.algorithms.registry import register
 from fedhet.core.contract import ClientContext, ClientState, Deployment, FitStats, RoundInfo, ServerState, Work
 from fedhet.core.messages import Message, Reply
 from fedhet.core.params import state_of
+from fedhet.core.protocols import SampleSet
 from fedhet.errors import ConfigError, FedhetError
 from fedhet.models import SplitModel
 
@@ -58,8 +58,7 @@ def proto_regularizer(u: torch.Tensor, y: torch.Tensor, proto: torch.Tensor, cou
 
 
 @torch.no_grad()
-# Any: samples: (x, y)
-def class_prototypes(model: SplitModel, dataset: Dataset[Any], num_classes: int, device: torch.device,
+def class_prototypes(model: SplitModel, dataset: SampleSet, num_classes: int, device: torch.device,
                      batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class mean features (C x d, zero rows for absent classes) and per-class counts (C)."""
     model.eval()

@@ -23,7 +23,8 @@ CHOICES = {"proto_mmd": ("prototype", "real"), "proto_init": ("first", "zeros"),
            "noise": ("uniform", "normal"), "gen_distance": fl.DISTANCES, "rt_distance": fl.DISTANCES,
            "gen_labels": ("balanced", "real"), "rt_scale": ("none", "lambda_syn"), "rt_form": ("batch", "per_class")}
 
-PAPER: dict[str, Any] = {  # fedhet's reading of the paper + appendix Digits column (the default before issue 37)
+# fedhet's reading of the paper + appendix Digits column (the default before issue 37)
+PAPER: dict[str, Any] = {  # Any: field values of several types
     "eta_g": 0.005, "eta_m": 0.005, "alpha": 1.0, "beta": 1.5, "b_syn": 64, "lambda_syn_rate": 0.01,
     "r0_frac": 0.05, "proto_init": "first", "stage2_features": "reuse", "bn_share": "none", "aggregation": "server",
     "noise": "normal", "gen_distance": "mmd", "rt_distance": "mmd", "gen_labels": "real", "rt_label_input": False,

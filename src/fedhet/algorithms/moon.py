@@ -109,8 +109,8 @@ class Moon(Algorithm[ServerState, MoonState, MoonWork, MoonParams]):
     client_state_type = MoonState
     work_type = MoonWork
 
-    # Any: forwarded to Algorithm.__init__
-    def __init__(self, params: MoonParams, model_fn: Callable[[], SplitModel], *args: Any, **kwargs: Any) -> None:
+    def __init__(self, params: MoonParams, model_fn: Callable[[], SplitModel],
+                 *args: Any, **kwargs: Any) -> None:  # Any: forwarded to Algorithm.__init__
         dim = params.projection_dim
         build = model_fn if dim is None else (lambda: ProjectedModel(model_fn(), dim))
         super().__init__(params, build, *args, **kwargs)
