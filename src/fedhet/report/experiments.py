@@ -19,13 +19,14 @@ from typing import Any
 
 from fedhet.config import ExperimentConfig, flatten
 from fedhet.report.runs import RunRecord
+from fedhet.yaml_input import JSONDict
 
 IGNORED_PREFIXES = ("run.", "sweep.", "data.root", "data.download")
 IGNORED_KEYS = {"seed", "name", "label", "stand_in", "imports", "sweep", "run"}
 _DEFAULTS = flatten(ExperimentConfig().to_dict())
 
 
-def experiment_keys(config: dict[str, Any]) -> dict[str, Any]:
+def experiment_keys(config: JSONDict) -> JSONDict:
     """The dotted config keys that make an experiment, a missing key counting as its default (a run written
     before fedhet had the key ran with the behaviour its default keeps)."""
     merged = {**_DEFAULTS, **flatten(config)}
@@ -33,11 +34,11 @@ def experiment_keys(config: dict[str, Any]) -> dict[str, Any]:
             if k not in IGNORED_KEYS and not k.startswith(IGNORED_PREFIXES)}
 
 
-def _identity(keys: dict[str, Any]) -> str:
+def _identity(keys: JSONDict) -> str:
     return json.dumps(keys, sort_keys=True, default=str)
 
 
-def _short(value: Any) -> str:
+def _short(value: Any) -> str:  # Any: a config value (parsed YAML)
     text = json.dumps(value, default=str) if isinstance(value, (list, dict)) else str(value)
     return text if len(text) <= 24 else text[:21] + "..."
 
@@ -45,7 +46,7 @@ def _short(value: Any) -> str:
 def split_experiments(runs: Sequence[RunRecord]) -> list[RunRecord]:
     """`runs` with the label of every run that shares its (dataset, label) with another experiment extended by
     the keys in which the experiments differ, e.g. "fedbn [model.name=small_cnn]". Idempotent."""
-    buckets: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    buckets: dict[tuple[str, str], dict[str, JSONDict]] = {}
     for run in runs:
         keys = experiment_keys(run.config)
         buckets.setdefault((run.dataset, run.label), {})[_identity(keys)] = keys

@@ -5,18 +5,18 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Sequence
-from typing import Any
 
 from fedhet.report.cost import format_params
 from fedhet.report.runs import RunRecord
 from fedhet.report.table import Cell, format_cell, mean_std
+from fedhet.yaml_input import JSONDict
 
 NOVEL_FILE = "novel.json"
 
 
-def novel_results(runs: Sequence[RunRecord], by: str = "method") -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+def novel_results(runs: Sequence[RunRecord], by: str = "method") -> dict[tuple[str, str, str], list[JSONDict]]:
     """(dataset, method or name, adapted part) -> the novel.json entries of the runs that have one."""
-    found: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    found: dict[tuple[str, str, str], list[JSONDict]] = {}
     for run in runs:
         path = run.path / NOVEL_FILE
         if not path.is_file():

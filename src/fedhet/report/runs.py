@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from fedhet.errors import FedhetError
+from fedhet.yaml_input import JSONDict
 
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
@@ -48,8 +49,8 @@ class RunRecord:
     name: str | None = None
     label: str = ""  # the variant's label (config `label`); the method name when the run has none
     rounds: int | None = None  # planned rounds (config.yaml)
-    config: dict[str, Any] = field(default_factory=dict)
-    summary: dict[str, Any] = field(default_factory=dict)
+    config: JSONDict = field(default_factory=dict)
+    summary: JSONDict = field(default_factory=dict)
     metrics: list[MetricRow] = field(default_factory=list)
 
     @property
@@ -69,7 +70,7 @@ class RunRecord:
         return rounds, [points[r] for r in rounds]
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path) -> Any:  # Any: parsed JSON
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -78,7 +79,7 @@ def _read_json(path: Path) -> Any:
         raise FedhetError(f"cannot read {path}: {e}") from e
 
 
-def _as_float(value: Any, where: str) -> float:
+def _as_float(value: Any, where: str) -> float:  # Any: a JSON value, checked here
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         if value is None:
             return math.nan
@@ -124,7 +125,7 @@ def _read_metrics(path: Path) -> list[MetricRow]:
     return rows
 
 
-def _warn_short_metrics(path: Path, metrics: list[MetricRow], completed: Any) -> None:
+def _warn_short_metrics(path: Path, metrics: list[MetricRow], completed: Any) -> None:  # Any: a JSON value
     """Warn when metrics.jsonl is missing or ends before the round the summary says was completed."""
     if not isinstance(completed, int) or isinstance(completed, bool) or completed < 1:
         return
@@ -143,7 +144,7 @@ def is_run_dir(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / SUMMARY).is_file()
 
 
-def _read_summary(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
+def _read_summary(path: Path) -> tuple[JSONDict, dict[str, dict[str, float]]]:
     """summary.json of run dir `path` and its final metrics (client -> metric -> value)."""
     summary = _read_json(path / SUMMARY)
     if not isinstance(summary, dict):
@@ -161,7 +162,7 @@ def _read_summary(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, float
     return summary, final
 
 
-def _read_config(path: Path) -> dict[str, Any]:
+def _read_config(path: Path) -> JSONDict:
     """config.yaml of run dir `path` ({} when there is none)."""
     if not (path / CONFIG).is_file():
         return {}
@@ -176,7 +177,7 @@ def _read_config(path: Path) -> dict[str, Any]:
     return loaded or {}
 
 
-def _opt_int(value: Any) -> int | None:
+def _opt_int(value: Any) -> int | None:  # Any: a JSON value, checked here
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 

@@ -13,21 +13,23 @@ from typing import Any
 
 import yaml
 
+from fedhet.yaml_input import JSONDict
+
 BEGIN, END = "<!-- stand-ins -->", "<!-- /stand-ins -->"  # the block's bounds, so it can be replaced in place
 NONE_DECLARED = ("**Stand-ins.** None declared: no run's config has a `stand_in:` note. Before comparing with a "
                  "paper, check the setting below against the paper's.")
 
 
-def _section(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+def _section(config: JSONDict, name: str) -> Mapping[str, Any]:  # Any: parsed YAML
     value = config.get(name)
     return value if isinstance(value, Mapping) else {}
 
 
-def _joined(values: Iterable[Any]) -> str:
+def _joined(values: Iterable[Any]) -> str:  # Any: config values (parsed YAML)
     return ", ".join(sorted({str(v) for v in values if v not in (None, "")}, key=lambda s: (len(s), s)))
 
 
-def _budget(config: Mapping[str, Any]) -> str:
+def _budget(config: JSONDict) -> str:
     """Rounds and local work of one config, e.g. "20 rounds x 10 local steps, batch 32"."""
     if config.get("tune"):  # a tuning job's members pick their own local work
         return f"{config.get('rounds', '?')} rounds per configuration (train.* as tuned)"
@@ -37,11 +39,11 @@ def _budget(config: Mapping[str, Any]) -> str:
     return f"{config.get('rounds', '?')} rounds x {local}, batch {train.get('batch_size', '?')}"
 
 
-def _dataset(config: Mapping[str, Any]) -> str:
+def _dataset(config: JSONDict) -> str:
     return str(_section(config, "data").get("dataset", "?"))
 
 
-def stand_in_lines(configs: Sequence[Mapping[str, Any]]) -> list[str]:
+def stand_in_lines(configs: Sequence[JSONDict]) -> list[str]:
     """One "**Stand-ins.**" line per distinct note, naming the datasets it covers when the runs hold several."""
     notes: dict[str, set[str]] = {}
     for config in configs:
@@ -61,9 +63,9 @@ def stand_in_lines(configs: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def setting_lines(configs: Sequence[Mapping[str, Any]]) -> list[str]:
+def setting_lines(configs: Sequence[JSONDict]) -> list[str]:
     """One "**Setting.**" line per dataset: model(s), budget(s) and seeds, as the runs' configs have them."""
-    by_dataset: dict[str, list[Mapping[str, Any]]] = {}
+    by_dataset: dict[str, list[JSONDict]] = {}
     for config in configs:
         by_dataset.setdefault(_dataset(config), []).append(config)
     lines = []
@@ -75,12 +77,12 @@ def setting_lines(configs: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def setting_section(configs: Sequence[Mapping[str, Any]]) -> str:
+def setting_section(configs: Sequence[JSONDict]) -> str:
     """The Markdown block under a page's title: stand-in notes, then the setting per dataset."""
     return "\n\n".join([BEGIN, *stand_in_lines(configs), *setting_lines(configs), END]) + "\n"
 
 
-def run_configs(roots: Iterable[Path]) -> list[dict[str, Any]]:
+def run_configs(roots: Iterable[Path]) -> list[JSONDict]:
     """The config.yaml of every finished run (a summary.json beside it) under `roots`, for pages built from
     run folders without `load_runs`."""
     configs = []

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 
 from fedhet.atomic import atomic_write
 from fedhet.report.runs import RunRecord
+from fedhet.yaml_input import JSONDict
 
 MEMBERS_FILE = Path("tune") / "members.jsonl"
 NOT_VALUES = ("round", "slot", "alive", "parent", "born", "score", "local")
@@ -78,10 +79,10 @@ def plot_trajectories(members_log: Path, out: Path) -> Path | None:
     return out
 
 
-def _wide(rows: list[dict[str, Any]], key: str) -> bool:
+def _wide(rows: list[JSONDict], key: str) -> bool:
     values = [r[key] for r in rows if isinstance(r[key], int | float) and not isinstance(r[key], bool)]
     return bool(values) and min(values) > 0 and max(values) / min(values) > 100
 
 
-def _short(value: Any) -> str:
+def _short(value: Any) -> str:  # Any: a config value (parsed YAML)
     return f"{value:.3g}" if isinstance(value, float) else str(value)
