@@ -46,7 +46,7 @@ class BatchUnpickler(pickle.Unpickler):
     ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
                ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
 
-    def find_class(self, module: str, name: str) -> Any:
+    def find_class(self, module: str, name: str) -> Any:  # Any: pickle.Unpickler's signature
         if (module, name) not in self.ALLOWED:
             raise pickle.UnpicklingError(f"refusing {module}.{name}: a CIFAR-10 batch holds numpy arrays only")
         return super().find_class(module, name)

@@ -22,7 +22,7 @@ class Part:
     index: np.ndarray
 
 
-class IndexedDataset(Dataset[Any]):  # a sample: (transformed x, y); x's type is the modality's
+class IndexedDataset(Dataset[Any]):  # Any: a sample is (transformed x, y); x's type is the modality's
     """Samples from one or more domain tensors by index; returns (transform(x), y) with y an int64 scalar.
 
     No data is copied: each part references its domain's tensors. `__getitem__` is one index lookup and

@@ -31,7 +31,7 @@ from PIL import Image
 from fedhet.atomic import atomic_write
 from fedhet.errors import DatasetNotFoundError
 
-Sample = tuple[Any, ...]  # (domain, class_name, image) or (domain, class_name, image, split); image: PIL or array
+Sample = tuple[Any, ...]  # Any: (domain, class_name, image) or (domain, class_name, image, split); image: PIL or array
 
 _IMAGE_COLUMNS = ("image", "img", "picture", "photo")
 _LABEL_COLUMNS = ("label", "labels", "category", "class", "class_name", "target")
@@ -57,7 +57,7 @@ def need_root(dataset: str, domain: str, what: str) -> DatasetNotFoundError:
 def write_npz_atomic(path: Path, **arrays: np.ndarray) -> Path:
     """`np.savez` to a temporary file beside `path`, then moved into place atomically (no partial npz)."""
 
-    named: dict[str, Any] = dict(arrays)  # numpy's stub would check each value against savez's allow_pickle: bool
+    named: dict[str, Any] = dict(arrays)  # Any: numpy's stub would check each value against savez's allow_pickle: bool
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
@@ -66,7 +66,7 @@ def write_npz_atomic(path: Path, **arrays: np.ndarray) -> Path:
     return atomic_write(path, write)
 
 
-def _image_array(image: Any) -> np.ndarray:
+def _image_array(image: Any) -> np.ndarray:  # Any: a PIL image or an array
     """A PIL image, array, tensor or HF `{"bytes", "path"}` dict as a uint8 HxW or HxWxC array."""
     if isinstance(image, dict):
         image = _open_encoded(image)
@@ -78,7 +78,7 @@ def _image_array(image: Any) -> np.ndarray:
     return np.asarray(arr, dtype=np.uint8)
 
 
-def _open_encoded(image: dict[str, Any]) -> Image.Image:
+def _open_encoded(image: dict[str, Any]) -> Image.Image:  # Any: an HF image record
     if image.get("bytes") is not None:
         img = Image.open(io.BytesIO(image["bytes"]))
     elif image.get("path"):
@@ -89,7 +89,7 @@ def _open_encoded(image: dict[str, Any]) -> Image.Image:
     return img
 
 
-def _write_image(image: Any, stem: Path) -> None:
+def _write_image(image: Any, stem: Path) -> None:  # Any: a PIL image or an array
     """One image file `stem.<ext>`: encoded bytes are written as they are (no re-encoding), decoded images as PNG."""
     if isinstance(image, dict) and image.get("bytes") is not None:
         data = image["bytes"]
@@ -209,7 +209,7 @@ def download_torchvision_digits(name: str, npz: Path) -> Path:
     return written[npz.stem]
 
 
-def _import_hf_datasets(dataset: str, domain: str, repo: str) -> Any:
+def _import_hf_datasets(dataset: str, domain: str, repo: str) -> Any:  # Any: the untyped HF `datasets` module
     try:
         import datasets as hf_datasets
     except ImportError as e:
@@ -229,7 +229,7 @@ def _pick(columns: Sequence[str], candidates: Sequence[str]) -> str | None:
     return next((lower[c] for c in candidates if c in lower), None)
 
 
-def _columns(split_ds: Any) -> tuple[str, str, str | None, Callable[[Any], str]]:
+def _columns(split_ds: Any) -> tuple[str, str, str | None, Callable[[Any], str]]:  # Any: HF datasets (untyped)
     """(image column, label column, domain column or None, label -> class name) of one HF split."""
     features = getattr(split_ds, "features", None) or {}
     columns = list(getattr(split_ds, "column_names", None) or features.keys())
@@ -242,7 +242,7 @@ def _columns(split_ds: Any) -> tuple[str, str, str | None, Callable[[Any], str]]
         raise DatasetNotFoundError(f"cannot find the image and label columns of the hub dataset (columns: {columns})")
     names = getattr(features.get(label_col), "names", None)
 
-    def class_name(value: Any) -> str:
+    def class_name(value: Any) -> str:  # Any: an HF label value
         if names is not None and isinstance(value, (int, np.integer)):
             return str(names[int(value)])
         return str(value)
@@ -250,8 +250,9 @@ def _columns(split_ds: Any) -> tuple[str, str, str | None, Callable[[Any], str]]
     return image_col, label_col, domain_col, class_name
 
 
-def hf_samples(hf_datasets: Any, repo: str, domains: Sequence[str], classes: Sequence[str],
-               **load_kwargs: Any) -> Iterator[Sample]:
+def hf_samples(hf_datasets: Any, repo: str,  # Any: the untyped HF `datasets` module
+               domains: Sequence[str], classes: Sequence[str],
+               **load_kwargs: Any) -> Iterator[Sample]:  # Any: forwarded to load_dataset
     """Samples `(domain, class_name, image)` of hub dataset `repo`, all splits, for the given domains/classes.
 
     The domain comes from a `domain` column (values such as "Real World" map to "Real_World"), else from a

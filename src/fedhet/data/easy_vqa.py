@@ -53,7 +53,7 @@ INSTALL_HINT = "pip install 'fedhet[vlm]' (or pip install easy-vqa)"
 def easy_vqa_package() -> ModuleType:
     """The installed `easy_vqa` package, or a DatasetNotFoundError saying how to install it."""
     try:
-        return importlib.import_module("easy_vqa")  # it ships no types: its functions return Any
+        return importlib.import_module("easy_vqa")  # Any: it ships no types
     except ImportError as err:
         raise DatasetNotFoundError(f"the easy-VQA benchmarks need the package 'easy-vqa': {INSTALL_HINT}") from err
 

@@ -36,7 +36,8 @@ FASHION_SRC = ("Xiao, Rasul & Vollgraf 2017, https://github.com/zalandoresearch/
                "*-ubyte.gz files); on Debian/Ubuntu: apt-get install dataset-fashion-mnist (installs them into "
                f"{DEBIAN_DIR}, used automatically)")
 FASHION_LAYOUT = "fashion_mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"
-_IDX_DTYPES: dict[int, np.dtype[Any]] = {0x08: np.dtype(np.uint8), 0x09: np.dtype(np.int8), 0x0B: np.dtype(">i2"),
+_IDX_DTYPES: dict[int, np.dtype[Any]] = {  # Any: numpy dtypes of several scalar types
+    0x08: np.dtype(np.uint8), 0x09: np.dtype(np.int8), 0x0B: np.dtype(">i2"),
                                          0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
 
 

@@ -44,10 +44,10 @@ class ClientData:
 
     name: str  # the domain name, "<domain>#<k>" with several clients per domain, or "client<k>"
     domain: str  # the client's domain, or "mixed" when a label-skew partition pools several domains
-    train: Dataset[Any]  # samples (x, y); x's type is the modality's (an image tensor, an (image, question) pair)
-    val: Dataset[Any] | None
-    test: Dataset[Any]
-    train_eval: Dataset[Any]  # the training samples with the eval transform (e.g. for prototypes)
+    train: Dataset[Any]  # Any: samples (x, y); x's type is the modality's (an image tensor, an (image, question) pair)
+    val: Dataset[Any] | None  # Any: as train's
+    test: Dataset[Any]  # Any: as train's
+    train_eval: Dataset[Any]  # Any: as train's; the training samples with the eval transform (e.g. for prototypes)
     classes: tuple[int, ...] | None = None  # the class ids this client's head may predict (None: all of them)
 
     @property
@@ -70,11 +70,11 @@ class FederatedData:
     notes: dict[str, str] = field(default_factory=dict)  # domain -> where its data came from
     vocabulary: list[str] = field(default_factory=list)  # text / VQA: words in word-id order (DatasetSpec)
 
-    def pooled_test(self) -> Dataset[Any]:
+    def pooled_test(self) -> Dataset[Any]:  # Any: as ClientData.train's
         """All clients' test splits together."""
         return ConcatDataset([c.test for c in self.clients])
 
-    def pooled_train(self) -> Dataset[Any]:
+    def pooled_train(self) -> Dataset[Any]:  # Any: as ClientData.train's
         """All clients' training splits together (the centralised "All" oracle)."""
         return ConcatDataset([c.train for c in self.clients])
 

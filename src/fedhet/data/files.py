@@ -69,7 +69,7 @@ def to_uint8_chw(x: np.ndarray) -> torch.Tensor:
 
 
 @contextmanager
-def open_npz(path: Path) -> Iterator[Any]:
+def open_npz(path: Path) -> Iterator[Any]:  # Any: np.load's NpzFile (untyped)
     """`np.load` of a dataset .npz; a truncated or corrupt file or a missing array (also when read inside the
     `with` block) is a DataFileError naming the file and the fix, not a bare BadZipFile / KeyError."""
     fix = "delete it and convert / download the dataset again (see `fedhet data list`)"

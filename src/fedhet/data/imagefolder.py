@@ -190,7 +190,8 @@ def make_transforms(size: int, channels: int, mean: Sequence[float], std: Sequen
     to_float = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(mean), list(std))]
     eval_t = v2.Compose([v2.Resize((size, size), antialias=True), *to_float])
     if augment:
-        steps: list[Any] = [v2.RandomResizedCrop(size, scale=(0.6, 1.0), antialias=True)]
+        steps: list[Any] = [v2.RandomResizedCrop(  # Any: torchvision v2 transforms
+            size, scale=(0.6, 1.0), antialias=True)]
         if hflip:
             steps.append(v2.RandomHorizontalFlip(p=0.5))
         steps += ([v2.ColorJitter(0.3, 0.3, 0.3, 0.3), v2.RandomGrayscale(p=0.1)] if channels == 3

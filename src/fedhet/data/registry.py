@@ -81,7 +81,7 @@ class DatasetSpec:
     channels: int = 3  # images only: channels of the model input
     options: type | None = None  # dataclass of the dataset's `data.options` (None: it takes none)
     # discovers domains / classes at load time: (spec, parsed options, data config) -> concrete spec
-    resolve: Callable[[DatasetSpec, Any, DataConfig], DatasetSpec] | None = None
+    resolve: Callable[[DatasetSpec, Any, DataConfig], DatasetSpec] | None = None  # Any: the spec's own options
     transforms: TransformFactory | None = None  # own (train, eval) transforms instead of the modality's default
     vocabulary: tuple[str, ...] = ()  # text / VQA: the words in word-id order (models taking `words=` get them)
 
@@ -100,14 +100,15 @@ def get_spec(name: str) -> DatasetSpec:
     return DATASETS.get(name)
 
 
-def parse_options(spec: DatasetSpec, options: Mapping[str, Any]) -> Any:
+def parse_options(spec: DatasetSpec, options: Mapping[str, Any]) -> Any:  # Any: parsed YAML in, spec.options out
     """`data.options` as the spec's options dataclass (nearest-key errors, then its `validate()`), or None."""
     if spec.options is None:
         if options:
             raise ConfigError(f"dataset '{spec.name}' takes no data.options, got: {', '.join(map(str, options))}; "
                               "remove data.options (docs/config.md lists each dataset's options)")
         return None
-    opts: Any = from_dict(spec.options, dict(options), "data.options")
+    opts: Any = from_dict(  # Any: the spec's own options dataclass
+        spec.options, dict(options), "data.options")
     if hasattr(opts, "validate"):
         opts.validate()
     return opts
@@ -121,7 +122,7 @@ def resolve_spec(cfg: DataConfig) -> DatasetSpec:
     return spec.resolve(spec, opts, cfg) if spec.resolve is not None else spec
 
 
-def options_fields(spec: DatasetSpec) -> list[dataclasses.Field[Any]]:
+def options_fields(spec: DatasetSpec) -> list[dataclasses.Field[Any]]:  # Any: any field's type
     """The fields of a spec's options dataclass (empty when it takes none)."""
     return list(dataclasses.fields(spec.options)) if spec.options is not None else []
 
