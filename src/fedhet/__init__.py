@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 __all__ = ["__version__", "load_exported"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Any:  # Any: whatever lazily re-exported name is asked for
     if name == "load_exported":
         from fedhet.launch.exported import load_exported
 

@@ -39,7 +39,8 @@ def check_stop_after(stop_after: int | None) -> None:
                          f"checkpoint), got {stop_after}; leave it out to run every round")
 
 
-def csv_list(text: str | None, flag: str, kind: type[str] | type[int] = str) -> list[typing.Any] | None:
+def csv_list(text: str | None, flag: str, kind: type[str] | type[int] = str
+             ) -> list[typing.Any] | None:  # Any: items of `kind`, str or int
     """A comma-separated flag value as a list (None when the flag is absent); empty or repeated items and items
     that are not of `kind` are a UsageError."""
     if text is None:

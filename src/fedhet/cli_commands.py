@@ -62,7 +62,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_novel(novel: dict[str, Any]) -> None:
+def _print_novel(novel: dict[str, Any]) -> None:  # Any: parsed JSON
     """The held-out clients' adaptation (engine/novel.py), one line per client and the mean."""
     print(f"novel clients, adapting '{novel['part']}' for {novel['epochs']} epochs:")
     for row in novel["clients"]:
@@ -99,7 +99,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_config_changes(changes: list[dict[str, Any]]) -> None:
+def _print_config_changes(changes: list[dict[str, Any]]) -> None:  # Any: config values
     """The changes accepted on resume (extended rounds, --allow-config-change), as summary.json records them."""
     from fedhet.engine.loop import ROUNDS_NOTE
 
@@ -143,7 +143,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_reference(path: str | None) -> dict[str, Any] | None:
+def _load_reference(path: str | None) -> dict[str, Any] | None:  # Any: parsed JSON
     """Published numbers to print beside the measured ones: YAML {client: {method: [mean, std]}}."""
     if path is None:
         return None

@@ -72,7 +72,7 @@ SECTIONS = (("data", C.DataConfig), ("model", C.ModelConfig), ("train", C.TrainC
             ("server", C.ServerConfig), ("eval", C.EvalConfig), ("run", C.RunConfig), ("novel", C.NovelConfig))
 
 
-def render_value(value: Any) -> str:
+def render_value(value: Any) -> str:  # Any: a config default
     """A default as YAML (null, true, [0.9, 0.99], {})."""
     if dataclasses.is_dataclass(value):
         return "(section)"
@@ -82,7 +82,7 @@ def render_value(value: Any) -> str:
     return text.removesuffix("\n...").strip()
 
 
-def default_of(f: dataclasses.Field[Any]) -> Any:
+def default_of(f: dataclasses.Field[Any]) -> Any:  # Any: a config field and its default
     if f.default is not dataclasses.MISSING:
         return f.default
     if f.default_factory is not dataclasses.MISSING:

@@ -23,7 +23,7 @@ CATALOG = Path(__file__).with_name("datasets.json")
 PACKAGES = {"easy_vqa": ("easy_vqa", "vlm")}  # built-in datasets read from a package: (module, its extra)
 
 
-def render_catalog() -> list[dict[str, Any]]:
+def render_catalog() -> list[dict[str, Any]]:  # Any: JSON entries
     """The catalog of fedhet's own datasets from the live registry (imports every loader)."""
     from fedhet.data import dataset_info, list_datasets
     from fedhet.data.fashion_mnist import DEBIAN_DIR
@@ -42,8 +42,9 @@ def render_catalog() -> list[dict[str, Any]]:
     return out
 
 
-def load_catalog() -> list[dict[str, Any]]:
-    entries: list[dict[str, Any]] = json.loads(CATALOG.read_text(encoding="utf-8"))
+def load_catalog() -> list[dict[str, Any]]:  # Any: parsed JSON
+    entries: list[dict[str, Any]] = json.loads(  # Any: parsed JSON
+        CATALOG.read_text(encoding="utf-8"))
     return entries
 
 
@@ -52,7 +53,7 @@ def _folders(layout: str) -> list[str]:
     return list(dict.fromkeys(m.group(1) for m in re.finditer(r"(?:^|[\s(])([A-Za-z0-9_.-]+)/", layout)))
 
 
-def presence(entry: dict[str, Any], root: Path | None) -> str:
+def presence(entry: dict[str, Any], root: Path | None) -> str:  # Any: a JSON entry
     """One line: built in / present (where) / missing (where it was looked for)."""
     name, layout = str(entry["name"]), str(entry["layout"])
     if entry["builtin"]:

@@ -17,7 +17,7 @@ from fedhet.errors import unknown_choice
 T = TypeVar("T")
 
 
-_WITH_BUILTINS: list[Registry[Any]] = []  # every registry with a package of built-ins
+_WITH_BUILTINS: list[Registry[Any]] = []  # Any: registries of any item type; every registry with a package of built-ins
 
 
 class Registry(Generic[T]):
