@@ -61,20 +61,20 @@ def list_models() -> list[str]:
     return MODELS.names()
 
 
-def _model_args(factory: ModelFactory) -> dict[str, Any]:
+def _model_args(factory: ModelFactory) -> dict[str, Any]:  # Any: model factory kwargs
     """The keyword-only arguments of a factory and their defaults."""
     sig = inspect.signature(factory)
     return {p.name: p.default for p in sig.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
-def model_args(name: str) -> dict[str, Any]:
+def model_args(name: str) -> dict[str, Any]:  # Any: model factory kwargs
     """The extra arguments model `name` accepts, with their defaults."""
     return _model_args(MODELS.get(name))
 
 
 def build_model(
     name: str, num_classes: int, input_shape: tuple[int, ...], pretrained: bool = False,
-    vocabulary: Sequence[str] = (), **args: Any
+    vocabulary: Sequence[str] = (), **args: Any  # Any: model factory kwargs
 ) -> SplitModel:
     """Build registered model `name`; unknown names or arguments raise a ConfigError naming valid ones. A model
     taking `words=` (its text vocabulary) gets the data's `vocabulary` unless `words` or `token_map` is given."""

@@ -22,7 +22,7 @@ _MISSING = (
 )
 
 
-def _import_efficientnet() -> Any:
+def _import_efficientnet() -> Any:  # Any: untyped efficientnet_lite
     try:
         from efficientnet_lite_pytorch import EfficientNet
     except ImportError as e:
@@ -46,7 +46,7 @@ class EfficientNetFeatures(nn.Module):
         super().__init__()
         del backbone._fc  # the ImageNet classifier is replaced by the SplitModel head
         del backbone._dropout
-        self.backbone: Any = backbone  # an untyped efficientnet_lite_pytorch.EfficientNet
+        self.backbone: Any = backbone  # Any: an untyped efficientnet_lite_pytorch.EfficientNet
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.dropout = nn.Dropout(dropout)
 

@@ -33,7 +33,7 @@ from fedhet.models.base import SplitModel, check_image_shape, positive, register
 TIMM_MISSING = "{what} needs the package 'timm' (the model architectures): pip install 'fedhet[vision]'"
 
 
-def import_timm_module(module: str, what: str) -> Any:
+def import_timm_module(module: str, what: str) -> Any:  # Any: untyped timm
     """The module `timm.models.<module>`, or a FedhetError naming the `vision` extra."""
     try:
         return importlib.import_module(f"timm.models.{module}")
@@ -66,7 +66,7 @@ def check_focalnet_input(input_shape: Sequence[int], patch_size: int, stages: in
     return c, h, w
 
 
-def _load_checkpoint(focalnet: Any, net: nn.Module, path: str) -> None:
+def _load_checkpoint(focalnet: Any, net: nn.Module, path: str) -> None:  # Any: untyped timm
     """Load a local timm / microsoft FocalNet state dict into `net` (its classifier dropped)."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)

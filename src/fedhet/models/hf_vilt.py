@@ -75,7 +75,7 @@ class HFViltFeatures(nn.Module):
 
     supports_prompts = True
 
-    def __init__(self, vilt: Any, words: WordPieceMap) -> None:
+    def __init__(self, vilt: Any, words: WordPieceMap) -> None:  # Any: untyped transformers
         super().__init__()
         self.vilt = vilt
         self.words = words
@@ -83,7 +83,7 @@ class HFViltFeatures(nn.Module):
         self._text_len = 0
         vilt.embeddings.register_forward_hook(self._splice)
 
-    def _splice(self, module: nn.Module, args: Any, output: Any) -> Any:
+    def _splice(self, module: nn.Module, args: Any, output: Any) -> Any:  # Any: untyped transformers
         """Forward hook on ViltEmbeddings: insert the prompt tokens into (embeddings, mask)."""
         prompts = prompts_of(self)
         if prompts is None:
@@ -104,7 +104,7 @@ class HFViltFeatures(nn.Module):
         return result
 
 
-def vilt_split_model(vilt: Any, num_classes: int, words: WordPieceMap) -> SplitModel:
+def vilt_split_model(vilt: Any, num_classes: int, words: WordPieceMap) -> SplitModel:  # Any: untyped transformers
     """Wrap a `ViltModel` (pretrained or a random `ViltConfig` one) as a SplitModel with a Linear head."""
     features = HFViltFeatures(vilt, words)
     head = nn.Linear(features.hidden_size, num_classes)

@@ -219,12 +219,12 @@ class HyperNetworkUpdater:
             raise HyperNetworkError(f"client {i}'s num_samples must be an integer >= 1, got {update.num_samples!r}")
         return i
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:  # Any: torch-saved state
         """The optimizer's and the per-row momentum state, for checkpoints (the hypernetwork's is its own)."""
         return {"optimizer": self.optimizer.state_dict(), "z_momentum": self.z_momentum.clone(),
                 "z_started": self.z_started.clone()}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:  # Any: torch-saved state
         """Restore what `state_dict` returned."""
         self.optimizer.load_state_dict(state["optimizer"])
         for group in self.optimizer.param_groups:  # the config's lr, not the saved one (it may be rescaled)

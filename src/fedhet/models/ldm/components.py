@@ -26,7 +26,7 @@ import torch
 from fedhet.errors import FedhetError
 from fedhet.models.ldm.deps import import_diffusers, quiet_diffusers
 
-SD_SCHEDULER: dict[str, Any] = {
+SD_SCHEDULER: dict[str, Any] = {  # Any: scheduler config values
     "num_train_timesteps": 1000,
     "beta_start": 0.00085,
     "beta_end": 0.012,
@@ -46,12 +46,12 @@ class LDMComponents:
     (transformers), the DDPM training scheduler and the PNDM sampling scheduler (a template: `sampler()` gives
     a fresh one per batch, PNDM keeps state across steps). `max_length`: the longest prompt in tokens."""
 
-    vae: Any
-    unet: Any
-    text_encoder: Any
-    tokenizer: Any
-    train_scheduler: Any
-    sample_scheduler: Any
+    vae: Any  # Any: untyped diffusers/transformers
+    unet: Any  # Any: untyped diffusers/transformers
+    text_encoder: Any  # Any: untyped diffusers/transformers
+    tokenizer: Any  # Any: untyped diffusers/transformers
+    train_scheduler: Any  # Any: untyped diffusers/transformers
+    sample_scheduler: Any  # Any: untyped diffusers/transformers
     max_length: int
 
     def __post_init__(self) -> None:
@@ -114,7 +114,7 @@ class LDMComponents:
                 net.to(device, dtype)
         return self
 
-    def sampler(self, spacing: str | None = None) -> Any:
+    def sampler(self, spacing: str | None = None) -> Any:  # Any: untyped diffusers/transformers
         """A fresh PNDM scheduler with the template's config; `spacing` overrides its timestep_spacing
         ("leading": SD's default, first step t = 981 of 999 for 50 steps; "trailing": starts at t = T - 1)."""
         if spacing is not None and spacing not in SPACINGS:
@@ -125,8 +125,8 @@ class LDMComponents:
             return diffusers.PNDMScheduler.from_config(self.sample_scheduler.config, **extra)
 
 
-def assemble(vae: Any, unet: Any, text_encoder: Any, tokenizer: Any,
-             scheduler_config: dict[str, Any] | None = None) -> LDMComponents:
+def assemble(vae: Any, unet: Any, text_encoder: Any, tokenizer: Any,  # Any: untyped diffusers/transformers
+             scheduler_config: dict[str, Any] | None = None) -> LDMComponents:  # Any: untyped diffusers/transformers
     """Frozen LDMComponents from loose parts; schedulers from `scheduler_config` (default SD_SCHEDULER). E.g.
     the small LDM pretrained here: `assemble(vae, unet, *minilm_text_encoder())`."""
     train, sample = make_schedulers(dict(SD_SCHEDULER if scheduler_config is None else scheduler_config))
@@ -134,7 +134,7 @@ def assemble(vae: Any, unet: Any, text_encoder: Any, tokenizer: Any,
                          sample_scheduler=sample, max_length=prompt_limit(tokenizer, text_encoder))
 
 
-def make_schedulers(config: dict[str, Any]) -> tuple[Any, Any]:
+def make_schedulers(config: dict[str, Any]) -> tuple[Any, Any]:  # Any: untyped diffusers/transformers
     """(DDPMScheduler, PNDMScheduler) built from one scheduler config (e.g. SD_SCHEDULER or a checkpoint's)."""
     diffusers = import_diffusers("the FedBiP schedulers")
     with quiet_diffusers(diffusers):
@@ -161,7 +161,7 @@ def check_compatible(vae: Any, unet: Any, text_encoder: Any, tokenizer: Any) -> 
                           "the checkpoint's tokenizer/ and text_encoder/ do not match")
 
 
-def prompt_limit(tokenizer: Any, text_encoder: Any) -> int:
+def prompt_limit(tokenizer: Any, text_encoder: Any) -> int:  # Any: untyped diffusers/transformers
     """The longest prompt in tokens: the tokenizer's model_max_length capped by the encoder's positions."""
     positions = int(getattr(text_encoder.config, "max_position_embeddings", 10**6))
     return min(int(tokenizer.model_max_length), positions)

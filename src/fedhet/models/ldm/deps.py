@@ -17,7 +17,7 @@ LDM_MISSING = ("{what} needs the 'ldm' extra (diffusers, transformers, gt-all-mi
                "pip install 'fedhet[ldm]'")
 
 
-def import_diffusers(what: str) -> Any:
+def import_diffusers(what: str) -> Any:  # Any: untyped module
     """The `diffusers` module, or a FedhetError naming the `ldm` extra."""
     try:
         import diffusers
@@ -26,7 +26,7 @@ def import_diffusers(what: str) -> Any:
     return diffusers
 
 
-def import_transformers_ldm(what: str) -> Any:
+def import_transformers_ldm(what: str) -> Any:  # Any: untyped module
     """The `transformers` module, or a FedhetError naming the `ldm` extra."""
     try:
         import transformers
@@ -45,7 +45,7 @@ def minilm_package_path(what: str) -> str:
 
 
 @contextmanager
-def quiet_diffusers(diffusers: Any) -> Iterator[None]:
+def quiet_diffusers(diffusers: Any) -> Iterator[None]:  # Any: untyped module
     """Silence diffusers' logging (unexpected config keys, load reports) for the duration."""
     log = diffusers.utils.logging
     level = log.get_verbosity()

@@ -36,7 +36,7 @@ from fedhet.models.ldm.pretrain_config import LDMPretrainConfig
 from fedhet.models.ldm.prompts import layout_of
 
 
-def build_vae(cfg: LDMPretrainConfig) -> Any:
+def build_vae(cfg: LDMPretrainConfig) -> Any:  # Any: untyped diffusers/transformers
     """A random AutoencoderKL: 3-channel `image_size` images, one down block per entry of vae.blocks."""
     diffusers, v = import_diffusers("LDM pretraining"), cfg.vae
     n = len(v.blocks)
@@ -46,7 +46,7 @@ def build_vae(cfg: LDMPretrainConfig) -> Any:
         latent_channels=v.latent_channels, norm_num_groups=v.norm_groups, sample_size=cfg.image_size)
 
 
-def build_unet(cfg: LDMPretrainConfig, text_dim: int) -> Any:
+def build_unet(cfg: LDMPretrainConfig, text_dim: int) -> Any:  # Any: untyped diffusers/transformers
     """A random UNet2DConditionModel on the VAE's latents; cross-attention on every level but the deepest."""
     diffusers, u = import_diffusers("LDM pretraining"), cfg.unet
     n = len(u.blocks)

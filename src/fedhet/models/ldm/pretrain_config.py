@@ -119,7 +119,7 @@ class LDMPretrainConfig:
         for src in self.pool:
             src.word = src.word.strip() or src.domain
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # Any: plain YAML data
         """The settings as plain data (JSON / YAML)."""
         return dataclasses.asdict(self)
 
@@ -166,7 +166,7 @@ def _check(ok: bool, message: str) -> None:
 def load_pretrain_config(path: str | Path | None = None, overrides: list[str] | None = None) -> LDMPretrainConfig:
     """The settings of a YAML file (None: the defaults) with `key=value` overrides, typed and validated."""
     parsed = parse_overrides(overrides or [])
-    tree: dict[str, Any] = {}
+    tree: dict[str, Any] = {}  # Any: plain YAML data
     if path is not None:
         if not Path(path).is_file():
             raise ConfigError(f"ldm pretrain config '{path}' not found (docs/fedbip.md lists the settings)")

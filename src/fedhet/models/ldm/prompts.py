@@ -76,12 +76,12 @@ class PromptLayout:
         return int(self.input_ids.shape[0])
 
 
-def _pieces(tokenizer: Any, text: str) -> list[int]:
+def _pieces(tokenizer: Any, text: str) -> list[int]:  # Any: untyped tokenizer
     """Token ids of `text` without special tokens."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
 
 
-def _special_frame(tokenizer: Any) -> tuple[list[int], list[int]]:
+def _special_frame(tokenizer: Any) -> tuple[list[int], list[int]]:  # Any: untyped tokenizer
     """(head, tail): the special tokens the tokenizer puts before and after a text ([CLS]/[SEP], BOS/EOS)."""
     full, bare = list(tokenizer("x")["input_ids"]), _pieces(tokenizer, "x")
     for k in range(len(full) - len(bare) + 1):
@@ -119,7 +119,7 @@ def layout_of(template: str, tokenizer: Any, domain_text: str, class_text: str, 
                         torch.tensor(spans["class"], dtype=torch.long))
 
 
-def build_layout(template: str, tokenizer: Any, n_domain: int, n_class: int, max_length: int,
+def build_layout(template: str, tokenizer: Any, n_domain: int, n_class: int, max_length: int,  # Any: untyped tokenizer
                  pad_to: int | None = None, filler: str = "x") -> PromptLayout:
     """The training/generation layout: n_domain and n_class one-token `filler` slots (n_s, n_v of Table 5)."""
     if n_domain < 1 or n_class < 1:

@@ -22,7 +22,7 @@ from fedhet.models.vl_common import quiet_transformers
 TEXT_ENCODERS = ("clip", "bert")
 
 
-def tiny_vae(latent_channels: int = 4, in_channels: int = 3) -> Any:
+def tiny_vae(latent_channels: int = 4, in_channels: int = 3) -> Any:  # Any: untyped diffusers/transformers
     """A random AutoencoderKL, image side / latent side = 2."""
     diffusers = import_diffusers("tiny LDM components")
     return diffusers.AutoencoderKL(
@@ -31,7 +31,7 @@ def tiny_vae(latent_channels: int = 4, in_channels: int = 3) -> Any:
         latent_channels=latent_channels, norm_num_groups=4, sample_size=16)
 
 
-def tiny_unet(latent_channels: int = 4, cross_attention_dim: int = 32) -> Any:
+def tiny_unet(latent_channels: int = 4, cross_attention_dim: int = 32) -> Any:  # Any: untyped diffusers/transformers
     """A random UNet2DConditionModel with one cross-attention block on each path."""
     diffusers = import_diffusers("tiny LDM components")
     return diffusers.UNet2DConditionModel(
@@ -41,7 +41,7 @@ def tiny_unet(latent_channels: int = 4, cross_attention_dim: int = 32) -> Any:
         norm_num_groups=4, attention_head_dim=4)
 
 
-def tiny_text_encoder(kind: str = "clip", hidden: int = 32) -> tuple[Any, Any]:
+def tiny_text_encoder(kind: str = "clip", hidden: int = 32) -> tuple[Any, Any]:  # Any: untyped diffusers/transformers
     """(random text encoder, the MiniLM-L6 tokenizer): CLIPTextModel ("clip") or BertModel ("bert")."""
     if kind not in TEXT_ENCODERS:
         raise FedhetError(f"unknown tiny text encoder '{kind}'; valid: {', '.join(TEXT_ENCODERS)}")

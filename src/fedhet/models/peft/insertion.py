@@ -80,7 +80,7 @@ def _hidden_size(name: str, module: nn.Module, hidden_size: int | None) -> int:
                       "pass hidden_size=")
 
 
-def _adapter_hook(module: nn.Module, args: Any, output: Any) -> Any:
+def _adapter_hook(module: nn.Module, args: Any, output: Any) -> Any:  # Any: hook args / output
     adapter = getattr(module, ADAPTER_ATTR)
     if isinstance(output, tuple):
         return (adapter(output[0]), *output[1:])

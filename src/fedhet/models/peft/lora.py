@@ -28,7 +28,7 @@ VLM_MISSING = "{what} needs the 'vlm' extra (transformers, peft): pip install 'f
 PROJECTIONS = {"q": "query", "k": "key", "v": "value"}
 
 
-def import_peft() -> Any:
+def import_peft() -> Any:  # Any: untyped peft
     """The `peft` module, or a FedhetError naming the extra to install."""
     try:
         import peft
