@@ -39,7 +39,8 @@ def _load_error(what: str, source: str, e: Exception) -> FedhetError:
                        f"on a networked machine run `hf download {source} --local-dir DIR` and pass DIR")
 
 
-def load_vilt(source: str = DEFAULT_SOURCE, *, pretrained: bool = True, local_files_only: bool = False) -> Any:
+def load_vilt(source: str = DEFAULT_SOURCE, *, pretrained: bool = True,
+              local_files_only: bool = False) -> Any:  # Any: untyped transformers
     """A `ViltModel` from an HF name or local folder (weights; config only if not `pretrained`)."""
     transformers = import_transformers("model 'hf_vilt'")
     try:

@@ -65,8 +65,8 @@ class MiniLMVLFeatures(nn.Module):
 
     supports_prompts = True
 
-    def __init__(self, bert: Any, words: WordPieceMap, channels: int, grid: tuple[int, int], patch: int,
-                 pool: str = "mean") -> None:
+    def __init__(self, bert: Any, words: WordPieceMap,  # Any: untyped transformers
+                 channels: int, grid: tuple[int, int], patch: int, pool: str = "mean") -> None:
         super().__init__()
         if pool not in POOLS:
             raise ConfigError(f"model 'minilm_vl': pool must be one of {', '.join(POOLS)}, got {pool!r}")

@@ -79,7 +79,7 @@ class WordPieceMap(nn.Module):
         return cls(table, cls_id, sep_id, pad_id, max_len)
 
     @classmethod
-    def from_words(cls, words: Sequence[str], tokenizer: Any, max_len: int = 512) -> WordPieceMap:
+    def from_words(cls, words: Sequence[str], tokenizer: Any, max_len: int = 512) -> WordPieceMap:  # Any: HF tokenizer
         """Word w = words[w] split by an HF tokenizer; words[0] is PAD (no tokens), words[1] UNK ([UNK])."""
         if len(words) < 2:
             raise ConfigError("the vocabulary words must list at least PAD and UNK (word ids 0 and 1)")

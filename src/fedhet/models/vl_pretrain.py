@@ -114,7 +114,8 @@ def backbone_state(model: nn.Module) -> dict[str, torch.Tensor]:
             if k not in named or param_group(k) in ("backbone", "bias", "head")}
 
 
-def save_backbone(model: nn.Module, path: str | os.PathLike[str], meta: dict[str, Any] | None = None) -> None:
+def save_backbone(model: nn.Module, path: str | os.PathLike[str],
+                  meta: dict[str, Any] | None = None) -> None:  # Any: JSON-like meta, torch-saved
     """Write `backbone_state(model)` and `meta` (e.g. data, seed, accuracy) atomically to `path`."""
     with atomic_path(path) as tmp:
         torch.save({"state": backbone_state(model), "meta": dict(meta or {})}, tmp)
@@ -133,7 +134,8 @@ def adapt_input_channels(saved: torch.Tensor, own: torch.Tensor) -> torch.Tensor
     return saved
 
 
-def load_backbone(model: nn.Module, path: str | os.PathLike[str], head: bool = True) -> dict[str, Any]:
+def load_backbone(model: nn.Module, path: str | os.PathLike[str],
+                  head: bool = True) -> dict[str, Any]:  # Any: the saved meta
     """Load a `save_backbone` file into `model` (features strictly; the head if `head` and shapes match). A conv
     kernel pretrained on another number of input channels (RGB vs grey) is adapted (`adapt_input_channels`).
 

@@ -87,7 +87,8 @@ def max_noise_std(scheduler: Any) -> float:  # Any: diffusers scheduler (untyped
     return float((1 - max_timestep_alpha(scheduler).to(torch.float64)).sqrt())
 
 
-def noise_to_max_timestep(latents: torch.Tensor, scheduler: Any, generator: torch.Generator) -> torch.Tensor:
+def noise_to_max_timestep(latents: torch.Tensor, scheduler: Any,  # Any: diffusers scheduler (untyped)
+                          generator: torch.Generator) -> torch.Tensor:
     """δ(T, z̄(0)) = √ᾱ_T z̄(0) + √(1 − ᾱ_T) ϵ, ϵ ~ N(0, I) drawn on CPU from `generator` (Eq. 1 at t = T)."""
     alpha = max_timestep_alpha(scheduler).to(torch.float64)
     eps = torch.randn(latents.shape, generator=generator).to(latents.device, latents.dtype)

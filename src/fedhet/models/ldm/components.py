@@ -141,7 +141,7 @@ def make_schedulers(config: dict[str, Any]) -> tuple[Any, Any]:  # Any: untyped 
         return diffusers.DDPMScheduler.from_config(config), diffusers.PNDMScheduler.from_config(config)
 
 
-def check_compatible(vae: Any, unet: Any, text_encoder: Any, tokenizer: Any) -> None:
+def check_compatible(vae: Any, unet: Any, text_encoder: Any, tokenizer: Any) -> None:  # Any: untyped third-party
     """A FedhetError when the VAE, UNet, text encoder and tokenizer do not fit together."""
     latent, unet_cfg = int(vae.config.latent_channels), unet.config
     if int(unet_cfg.in_channels) != latent or int(unet_cfg.out_channels) != latent:

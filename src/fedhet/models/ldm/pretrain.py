@@ -68,8 +68,8 @@ def color_augment(x: torch.Tensor, prob: float, generator: torch.Generator) -> t
     return torch.where(use, bg + (fg - bg) * x.mean(1, keepdim=True), x)
 
 
-def vae_step(vae: Any, opt: torch.optim.Optimizer, images: torch.Tensor, cfg: LDMPretrainConfig,
-             generator: torch.Generator) -> float:
+def vae_step(vae: Any, opt: torch.optim.Optimizer, images: torch.Tensor,  # Any: untyped diffusers
+             cfg: LDMPretrainConfig, generator: torch.Generator) -> float:
     """One VAE step on uint8 images (B, 3, S, S): recolour, L1 + β·KL, AdamW; returns the loss."""
     device = next(vae.parameters()).device
     x = color_augment(images.float() / 255, cfg.vae.color_augment, generator).to(device) * 2 - 1
@@ -94,8 +94,8 @@ class PromptContexts:
 
 
 @torch.no_grad()
-def prompt_contexts(text_encoder: Any, tokenizer: Any, template: str, prompts: Sequence[PoolPrompt],
-                    max_length: int) -> PromptContexts:
+def prompt_contexts(text_encoder: Any, tokenizer: Any, template: str,  # Any: untyped transformers
+                    prompts: Sequence[PoolPrompt], max_length: int) -> PromptContexts:
     """The frozen text encoder's states of every pool prompt and of its unconditional twin (class doc)."""
     uses_mask = str(text_encoder.config.model_type) != "clip_text_model"  # as PromptEncoder.run
     ids, masks = [], []
@@ -119,7 +119,8 @@ def prompt_contexts(text_encoder: Any, tokenizer: Any, template: str, prompts: S
 
 
 @torch.no_grad()
-def encode_pool(vae: Any, images: torch.Tensor, batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+def encode_pool(vae: Any, images: torch.Tensor,  # Any: untyped diffusers
+                batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     """The posterior mean and std (N, c, h, w) of ℰ for uint8 images (N, 3, S, S), float32 on the VAE's device."""
     device, means, stds = next(vae.parameters()).device, [], []
     for chunk in images.split(batch_size):
@@ -139,8 +140,9 @@ def sample_latents(mean: torch.Tensor, std: torch.Tensor, scale: float, generato
     return (mean + std * torch.randn(mean.shape, generator=generator).to(mean.device)) * scale
 
 
-def unet_step(unet: Any, opt: torch.optim.Optimizer, scheduler: Any, z0: torch.Tensor, rows: torch.Tensor,
-              contexts: PromptContexts, cfg: LDMPretrainConfig, generator: torch.Generator, lr: float) -> float:
+def unet_step(unet: Any, opt: torch.optim.Optimizer, scheduler: Any,  # Any: untyped diffusers
+              z0: torch.Tensor, rows: torch.Tensor, contexts: PromptContexts, cfg: LDMPretrainConfig,
+              generator: torch.Generator, lr: float) -> float:
     """One ε-prediction step on scaled latents z0 (B, c, h, w) whose prompt rows into `contexts` are `rows`:
     t and ϵ drawn, condition dropout, AdamW at `lr`, gradient clipping. Returns the loss."""
     n, device = len(rows), z0.device

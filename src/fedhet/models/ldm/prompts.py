@@ -90,8 +90,8 @@ def _special_frame(tokenizer: Any) -> tuple[list[int], list[int]]:  # Any: untyp
     raise FedhetError("the tokenizer's special-token frame could not be found (it rewrites plain words)")
 
 
-def layout_of(template: str, tokenizer: Any, domain_text: str, class_text: str, max_length: int,
-              pad_to: int | None = None) -> PromptLayout:
+def layout_of(template: str, tokenizer: Any, domain_text: str,  # Any: untyped tokenizer
+              class_text: str, max_length: int, pad_to: int | None = None) -> PromptLayout:
     """The layout of `template` filled with `domain_text` / `class_text`, slot positions = those words' tokens."""
     segments, (head, tail) = template_segments(template), _special_frame(tokenizer)
     ids, spans = list(head), {}

@@ -101,7 +101,7 @@ def insert_adapters(model: nn.Module, target: str | Sequence[str] = "auto", redu
             raise ConfigError(f"module '{name}' already has adapters; insert them once")
         d = _hidden_size(name, module, hidden_size)
         ref = next(module.parameters(), None)
-        kw: dict[str, Any] = {} if ref is None else {"device": ref.device, "dtype": ref.dtype}
+        kw: dict[str, Any] = {} if ref is None else {"device": ref.device, "dtype": ref.dtype}  # Any: torch kwargs
         module.add_module(ADAPTER_ATTR, DualAdapter(d, reduction, dual=dual, bias=bias, init=init,
                                                     dat_weights=dat_weights, **kw))
         module.register_forward_hook(_adapter_hook)
