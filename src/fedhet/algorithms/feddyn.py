@@ -90,11 +90,10 @@ class FedDyn(Algorithm[FedDynServerState, FedDynClientState, FedDynWork, FedDynP
         if not self.server_opt.is_identity():
             raise ConfigError("feddyn sets the global model itself (Acar et al. 2021, Alg. 1, line 10); leave "
                               "server.optimizer=sgd, server.lr=1, server.momentum=0, server.lr_decay=1")
-        self.dynamic = [k for k, p in self.parts.template.named_parameters()
-                        if p.requires_grad and p.is_floating_point()]
+        self.dynamic = self.parts.trainable
 
     def zeros(self) -> StateDict:
-        return {k: torch.zeros_like(self.parts.init_state[k]) for k in self.dynamic}
+        return self.parts.zeros(self.dynamic)
 
     def init_server(self) -> FedDynServerState:
         """theta^0 = the initial model, h^0 = 0."""

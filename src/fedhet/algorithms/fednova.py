@@ -56,8 +56,7 @@ class FedNova(ModelAlgorithm[NoParams]):
         if self.train_cfg.optimizer != "sgd":
             raise ConfigError("fednova normalizes by the steps of local SGD (Wang et al. 2020, Sec. 4); set "
                               "train.optimizer=sgd")
-        self.normalized = [k for k, p in self.parts.template.named_parameters()
-                           if p.requires_grad and p.is_floating_point() and k in self.parts.shared]
+        self.normalized = [k for k in self.parts.trainable if k in self.parts.shared]
 
     def finish(self, work: Work, state: ClientState, stats: FitStats) -> tuple[Message, ClientState]:
         """FedAvg's reply plus `a_norm` = ||a_i||_1 of the steps taken."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import torch
 from torch import nn
 
 from fedhet.core.contract import FitStats
@@ -20,6 +21,9 @@ class ModelParts:
         self.template = template
         self.shared = shared
         self.init_state = state_of(template)
+        # the trainable floating-point parameters, in the model's order: what SCAFFOLD's control variates, FedDyn's
+        # dynamic regularizer and FedNova's normalized update act on (buffers are averaged as in FedAvg)
+        self.trainable = [k for k, p in template.named_parameters() if p.requires_grad and p.is_floating_point()]
         self._spares: dict[str, SplitModel] = {}
 
     def new(self) -> SplitModel:
@@ -32,6 +36,10 @@ class ModelParts:
         if slot not in self._spares:
             self._spares[slot] = self.new()
         return self._spares[slot]
+
+    def zeros(self, keys: list[str]) -> StateDict:
+        """A zero tensor shaped like the initial model's for each of `keys`."""
+        return {k: torch.zeros_like(self.init_state[k]) for k in keys}
 
     def local_keys(self) -> set[str]:
         """Keys that never leave the client."""

@@ -118,12 +118,11 @@ class Scaffold(Algorithm[ScaffoldServerState, ScaffoldClientState, ScaffoldWork,
         super().__init__(*args, **kwargs)
         if self.train_cfg.optimizer != "sgd":
             raise ConfigError("scaffold assumes local SGD (Karimireddy et al. 2020, Alg. 1); set train.optimizer=sgd")
-        self.controlled = [k for k, p in self.parts.template.named_parameters()
-                           if p.requires_grad and p.is_floating_point()]
+        self.controlled = self.parts.trainable
 
     def zeros(self) -> StateDict:
         """A zero control variate (one tensor per controlled parameter)."""
-        return {k: torch.zeros_like(self.parts.init_state[k]) for k in self.controlled}
+        return self.parts.zeros(self.controlled)
 
     # ------------------------------------------------------------------ server side
     def init_server(self) -> ScaffoldServerState:
