@@ -187,7 +187,7 @@ class LDMTrainer:
                 "sources": [{"domain": d, "classes": w, "images": b - a}
                             for (d, w), (a, b) in zip(self.pool.sources, self.pool.spans, strict=True)],
                 "steps": {k: len(v) for k, v in losses.items()},
-                "seconds": {k: round(v, 1) for k, v in s["elapsed"].items()},
+                "seconds": {k: round(v, 3) for k, v in s["elapsed"].items()},
                 "final_loss": {k: sum(v[-SMOOTH:]) / len(v[-SMOOTH:]) if v else None for k, v in losses.items()},
                 "scaling_factor": self.scale,
                 "parameters": {"vae": _count(self.vae), "unet": _count(self.unet) if self.unet is not None else None}}
