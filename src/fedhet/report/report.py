@@ -19,6 +19,7 @@ from fedhet.report.runs import RunRecord, load_runs
 from fedhet.report.setting import setting_section
 from fedhet.report.stats import mean_ranks
 from fedhet.report.table import AVG, Reference, Table, format_cell, make_table, to_csv, to_markdown
+from fedhet.report.tuned import is_tuning_job, tuned_readings, tuned_rows, tuned_section
 from fedhet.report.tuning import tuning_section
 
 
@@ -103,8 +104,12 @@ def leaderboard(table: Table) -> str:
 def _write(runs: Sequence[RunRecord], out: Path, metrics: Sequence[str], reference: Reference | None, by: str,
            reference_dataset: str | None) -> ReportPaths:
     out.mkdir(parents=True, exist_ok=True)
-    split = split_experiments(runs)
-    note, runs = split_note(runs, split), split
+    jobs = [r for r in runs if is_tuning_job(r)]  # a tuned sweep's tuning jobs: in their sections, not the tables
+    results = [r for r in runs if not is_tuning_job(r)]
+    if not results:  # nothing but tuning jobs: they are the results
+        results, jobs = list(runs), []
+    split = split_experiments(results)
+    note, runs = split_note(results, split), split
     tables = [
         make_table(runs, m, reference if i == 0 else None, by=by, reference_dataset=reference_dataset)
         for i, m in enumerate(metrics)
@@ -119,17 +124,20 @@ def _write(runs: Sequence[RunRecord], out: Path, metrics: Sequence[str], referen
         note,
         *(to_markdown(t) + _reading(t) for t in tables),
         leaderboard(tables[0]),
+        tuned_section([*runs, *jobs], out),
         cost_section(runs, by),
         novel_section(runs, by),
-        tuning_section(runs, out),
+        tuning_section([*runs, *jobs], out),
         "## Learning curves\n",
         "Average test accuracy over clients vs round; line = mean over seeds, band = ± sample std.\n",
         f"![learning curves]({curves.name})\n",
-        _runs_section(runs, out),
+        _runs_section([*runs, *jobs], out),
     ]
     markdown = atomic_write_text(out / "report.md", "\n".join(md))
     csv_path = to_csv(tables, out / "report.csv")
-    return ReportPaths(markdown, csv_path, curves, terminal_summary(tables[0]) + note)
+    tuning = "".join(textwrap.fill(t, 110, initial_indent="  ", subsequent_indent="  ") + "\n"
+                     for t in tuned_readings(tuned_rows([*runs, *jobs])))
+    return ReportPaths(markdown, csv_path, curves, terminal_summary(tables[0]) + tuning + note)
 
 
 def terminal_summary(table: Table) -> str:
