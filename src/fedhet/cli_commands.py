@@ -120,6 +120,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from fedhet.config import load_config
     from fedhet.engine.loop import run_dir_for
     from fedhet.launch.sweep import check_plan, plan_sweep, run_sweep
+    from fedhet.launch.tuned_sweep import check_lines, plan_tuned_sweep, run_tuned_sweep
     from fedhet.outpaths import check_output_dir
     from fedhet.report import write_report
 
@@ -128,17 +129,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     if args.quiet:
         cfg.run.quiet = True
-    plan = plan_sweep(cfg, methods, seeds, datasets)
+    tuned = plan_tuned_sweep(cfg, args.tune, methods, seeds, datasets, Path(args.config).parent) if (
+        args.tune is not None or cfg.sweep.get("tune")) else None  # launch/tuned_sweep.py
+    plan = tuned.defaults if tuned else plan_sweep(cfg, methods, seeds, datasets)
     checked = check_plan(plan)  # every run valid before any is trained
     if args.check:
         for one, status in checked:
             print(f"{status:<9} {one.variant:<24} seed {one.seed:<3} {one.data.dataset:<20} {run_dir_for(one)}")
+        print("".join(line + "\n" for line in check_lines(tuned)) if tuned else "", end="")
         counts = {s: sum(1 for _, st in checked if st == s) for s in ("finished", "resume", "new")}
         print(f"{len(checked)} runs valid: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
         return 0
     out = Path(args.report_dir) if args.report_dir else Path(cfg.run.out_dir) / cfg.name / "report"
     check_output_dir(out, "--report-dir" if args.report_dir else "the sweep's report folder")
-    run_dirs = run_sweep(plan, progress=not args.quiet)
+    run_dirs = run_tuned_sweep(tuned, not args.quiet) if tuned else run_sweep(plan, progress=not args.quiet)
     _print_report(write_report(run_dirs, out))
     return 0
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SWEEP_KEYS = ("methods", "variants", "seeds", "datasets", "overrides")
+SWEEP_KEYS = ("methods", "variants", "seeds", "datasets", "overrides", "tune")  # tune: launch/tuned_sweep.py
 
 
 @dataclass
@@ -107,13 +107,14 @@ def run_status(run_dir: Path, rounds: int | None = None, cfg: ExperimentConfig |
         except (OSError, ValueError):
             done = None
         if cfg is not None:
-            _check_same_config(rundir, cfg)
+            check_same_config(rundir, cfg)
         if rounds is None or not isinstance(done, int) or done >= rounds:
             return "finished"
     return "resume" if rundir.latest_checkpoint.is_file() else "new"
 
 
-def _check_same_config(rundir: RunDirectory, cfg: ExperimentConfig) -> None:
+def check_same_config(rundir: RunDirectory, cfg: ExperimentConfig) -> None:
+    """A ConfigError if the finished run in `rundir` was made with a config other than `cfg` (besides rounds)."""
     from fedhet.engine.checkpoint import config_differences
 
     try:

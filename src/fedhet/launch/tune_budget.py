@@ -1,0 +1,126 @@
+"""The `sweep.tune` block of a tuned sweep (launch/tuned_sweep.py) and its budget in client-rounds: live members x
+active clients, summed over the tuning rounds. `8x` is 8 full runs' worth (8 x rounds x active clients per round);
+a bare integer is client-rounds. Each tuner is sized to spend at most the budget: random search (rs, fedpop) starts
+budget // (rounds x clients) configurations; SHA the number of configurations and eliminations whose stages spend
+the most of it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from fedhet.config import ExperimentConfig
+from fedhet.errors import ConfigError, nearest, unknown_choice
+from fedhet.yaml_input import JSONDict
+
+BLOCK_KEYS = ("budget", "tuners", "seed", "seeds", "space")
+TUNERS = ("rs", "sha", "fedpop")  # fedhet.tune.presets.tuner_settings' names
+DEFAULT_TUNE_SEED = 1000
+DEFAULT_SEEDS = (0, 1, 2)
+EXAMPLE = "{budget: 8x, tuners: [rs], seed: 1000, seeds: [0, 1, 2]}"
+
+
+@dataclass(frozen=True)
+class TuneBlock:
+    """A tuned sweep's settings: budget, tuners, the tuning seed, the fresh seeds, the search space (None: each
+    method's default)."""
+
+    budget: str
+    tuners: list[str]
+    seed: int
+    seeds: list[int]
+    space: str | JSONDict | None
+
+
+def tune_block(cfg: ExperimentConfig, budget: str | None = None, seeds: list[int] | None = None) -> TuneBlock:
+    """`sweep.tune` checked, with the CLI's --tune budget and --seeds in place of the block's (fresh seeds:
+    --seeds, else sweep.tune.seeds, else sweep.seeds, else 0, 1, 2)."""
+    raw = cfg.sweep.get("tune") or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"sweep.tune must be a mapping such as {EXAMPLE}, got {raw!r}")
+    for key in raw:
+        if key not in BLOCK_KEYS:
+            raise ConfigError(f"unknown sweep.tune key '{key}'{nearest(str(key), BLOCK_KEYS)}; valid: "
+                              f"{', '.join(BLOCK_KEYS)}")
+    budget = budget if budget is not None else raw.get("budget")
+    if budget is None:
+        raise ConfigError("a tuned sweep needs a budget: --tune 8x (8 full runs' worth per method and tuner), "
+                          "--tune 4000 (client-rounds), or sweep.tune.budget")
+    tuners = raw.get("tuners") or ["rs"]
+    tuners = [tuners] if isinstance(tuners, str) else tuners
+    if not isinstance(tuners, list) or len(set(map(str, tuners))) != len(tuners):
+        raise ConfigError(f"sweep.tune.tuners must list tuners ({', '.join(TUNERS)}) once each, got {tuners!r}")
+    for tuner in tuners:
+        if tuner not in TUNERS:
+            raise unknown_choice("tuner (sweep.tune.tuners)", str(tuner), TUNERS)
+    fresh = seeds if seeds is not None else raw.get("seeds") or cfg.sweep.get("seeds") or list(DEFAULT_SEEDS)
+    seed = raw.get("seed", DEFAULT_TUNE_SEED)
+    if not isinstance(fresh, list) or not all(_seed(s) for s in fresh) or not _seed(seed):
+        raise ConfigError(f"sweep.tune.seed must be an integer >= 0 and seeds a list of them, got {seed!r}, {fresh!r}")
+    if seed in fresh:
+        raise ConfigError(f"the tuning seed {seed} is among the fresh seeds {fresh}: the chosen configuration must be "
+                          "re-run on seeds it was not tuned on; set sweep.tune.seed to another (e.g. 1000) or drop "
+                          f"{seed} from the seeds. Nothing was run.")
+    return TuneBlock(str(budget), list(tuners), seed, list(fresh), raw.get("space"))
+
+
+def _seed(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def client_rounds(budget: str, full_run: int) -> int:
+    """The budget in client-rounds: `NUMx` (NUM full runs of `full_run` client-rounds each) or an integer."""
+    match = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)x|(\d+))\s*", budget)
+    if match is None:
+        raise ConfigError(f"tune budget '{budget}': give full runs' worth as NUMx (8x: 8 x rounds x active clients "
+                          "per round) or client-rounds as an integer (4000)")
+    return int(float(match[1]) * full_run) if match[1] else int(match[2])
+
+
+def clients_per_round(cfg: ExperimentConfig) -> int:
+    """The active clients of a round: every client, or server.fraction_fit of them (at least min_fit_clients)."""
+    from fedhet.data.registry import resolve_spec
+    from fedhet.engine.sampling import sample_clients
+
+    data = cfg.data
+    clients = data.num_clients
+    if data.partition == "domain":
+        clients = len(data.domains or resolve_spec(data).domains) * data.clients_per_domain
+    return len(sample_clients(cfg.seed, 1, clients, cfg.server.fraction_fit, cfg.server.min_fit_clients))
+
+
+def tuner_size(settings: JSONDict, rounds: int, budget: int) -> JSONDict:
+    """tune.configs and tune.budget (R_t, member-rounds; SHA: and tune.eliminations) that spend at most `budget`
+    member-rounds with `rounds` rounds per configuration."""
+    if settings.get("wrapper") == "sha":
+        eta = int(settings.get("eta", 3))
+        shape = sha_shape(rounds, budget, eta)
+        if shape is None:
+            raise ConfigError(f"tuner sha cannot fit a budget of {budget} member-rounds at rounds={rounds}: it "
+                              f"starts at least {eta} configurations, each stage before an elimination lasts at "
+                              "least one round and the survivor trains all the rounds (rounds >= 2); raise the "
+                              "budget or the rounds, or tune with rs. Nothing was run.")
+        return {"eliminations": shape[0], "configs": shape[1], "budget": budget}
+    return {"configs": budget // rounds, "budget": budget // rounds * rounds}
+
+
+def sha_shape(rounds: int, budget: int, eta: int) -> tuple[int, int] | None:
+    """(eliminations E, configurations N) whose SHA schedule (tune.wrappers.sha_rounds) spends the most of `budget`
+    member-rounds without passing it (N < eta^(E+1), so one configuration survives); None if none fits."""
+    from fedhet.tune.wrappers import sha_rounds
+
+    best: tuple[int, int, int] | None = None
+    eliminations = 1
+    while eta ** eliminations <= budget:
+        for configs in range(eta ** eliminations, eta ** (eliminations + 1)):
+            try:
+                points = sha_rounds(rounds, eliminations, configs, eta, budget)
+            except ConfigError:
+                continue
+            alive, spent, start = configs, 0, 0
+            for point in [*points, rounds]:
+                spent, start, alive = spent + alive * (point - start), point, max(1, alive // eta)
+            if spent <= budget and (best is None or spent >= best[0]):
+                best = (spent, eliminations, configs)
+        eliminations += 1
+    return None if best is None else (best[1], best[2])
