@@ -24,6 +24,10 @@ server momentum is a choice {0, 0.9} (Evo then flips it or keeps it) and log10 m
 +-5 eps in log10). With these ranges, Eq. 3 at scale 1 gives the official step sizes: client lr and weight decay
 +-4 eps, mu +-5 eps, client momentum +-eps, dropout +-0.5 eps, server lr and gamma +-2 eps (in log10 where
 log-scaled), so every preset dimension has scale 1.
+
+`default_space(method)`: a method's default search space (its client lr and its own hyperparameters, each range's
+source beside it), what a tuned sweep searches when the user names none; `tuner_settings(name)`: the `tune`
+section of the sweep's tuners rs, sha and fedpop.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING
 
-from fedhet.errors import unknown_choice
+from fedhet.errors import ConfigError, unknown_choice
 from fedhet.yaml_input import JSONDict
 
 if TYPE_CHECKING:
@@ -76,3 +80,87 @@ def preset(name: str) -> SearchSpace:
     from fedhet.tune.space import parse_space
 
     return parse_space({"preset": name})
+
+
+# The tuners a tuned sweep names (docs/tune.md "Tuned sweeps"): `tune` section overrides. rs and sha train every
+# client of a configuration with its own beta^0 (each configuration is one plain run); fedpop is the paper's
+# FedPop (FedPop-L and -G, the Delta-ball) inside random search.
+TUNERS: dict[str, JSONDict] = {
+    "rs": {"wrapper": "rs", "clients": "fixed", "fedpop_l": False, "fedpop_g": False},
+    "sha": {"wrapper": "sha", "clients": "fixed", "fedpop_l": False, "fedpop_g": False},
+    "fedpop": {"wrapper": "rs", "clients": "ball", "fedpop_l": True, "fedpop_g": True},
+}
+
+
+def tuner_settings(name: str) -> JSONDict:
+    """The `tune` section overrides of tuner `name` (rs, sha, fedpop); ConfigError naming the valid ones."""
+    if name not in TUNERS:
+        raise unknown_choice("tuner", name, TUNERS)
+    return copy.deepcopy(TUNERS[name])
+
+
+def _log(low: float, high: float) -> JSONDict:
+    return {"type": "log_uniform", "low": low, "high": high}
+
+
+# The client lr of every SGD-trained method: the FedPop paper's log10 lr U[-4, 0] (spec fedpop.md §2.9) narrowed
+# to 1e-3 .. 0.3, around the 0.01 of FRAug's appendix Table 2, AdaptFED's spec §2.10 and Ditto-MMD's configs and
+# the quickstart's 0.1: below 1e-3 SGD hardly moves in the rounds of a comparison, near 1 it diverges.
+LR_SGD = _log(-3, -0.5)
+# AdamW on a frozen backbone (FedDAT and its PEFT baselines): the paper's 1e-4 (spec feddat.md, App. B.2) to 1e-2,
+# the grid {3e-4, 1e-3, 3e-3, 1e-2} the easy-VQA stand-in chose 3e-3 from (configs/feddat/common.yaml).
+LR_ADAMW = _log(-4, -2)
+
+# Each method's own hyperparameters (role -> key -> dimension) beyond its client lr; the source of each range is
+# on its line. A method not listed is tuned on its client lr alone.
+METHOD_DIMS: dict[str, JSONDict] = {
+    "adaptfed": {"server": {
+        # the hypernetwork's VJP step: FedTP's 0.01 (spec adaptfed.md §2.10) up to the 0.1 / 0.3 of
+        # configs/adaptfed/variants.yaml and down to 1e-3 (lr_for(R) then scales it by sqrt(1500 / R))
+        "method_args.update.lr": _log(-3, -0.5),
+        # the client embedding: 32 in the paper's novel-client experiment (spec §2.10), 8 .. 64 around it
+        "method_args.embedding_dim": {"type": "log2_int", "low": 3, "high": 6}}},
+    "fraug": {"client": {
+        # lambda_G (L_G_dist_lambda) and lambda_FT (L_FT_dist_lambda): the official grid {0.1, 1, 10} (main.py:91)
+        # and the appendix's 1 .. 1.5 (spec fraug.md, Table 2); PACS uses 10 for lambda_G
+        "method_args.alpha": _log(-1, 1),
+        "method_args.beta": _log(-1, 1),
+        # the generator's lr eta_g: the appendix's 0.005 (Digits) .. 0.05 (PACS, OfficeHome), main.py's {0.025, 0.05}
+        "method_args.eta_g": _log(-2.5, -1)}},
+    "feddat": {"client": {
+        # the MKD weights alpha = beta: 1 (official code) or the paper's exp ramp-up (App. B.2); no other value
+        # is given by either (spec feddat.md §2.4)
+        "method_args.ramp": {"type": "choice", "values": ["constant", "exp"]},
+        # the KL temperature: the paper's (unstated, read as) 1 and the official code's 3 (tt 506-516), 1 .. 10
+        "method_args.temperature": _log(0, 1)}},
+    # lambda and mu: FL4Health's grids {0.01, 0.1, 1.0} (spec ditto_mmd.md, hyperparameter table)
+    "ditto_mmd": {"client": {"method_args.lam": _log(-2, 0), "method_args.mu": _log(-2, 0)}},
+    "ditto": {"client": {"method_args.lam": _log(-2, 0)}},  # the same lambda grid
+    # mu: the FedProx paper's grid {0.001, 0.01, 0.1, 1} (Li et al. 2020, Sec. 5.3)
+    "fedprox": {"client": {"method_args.mu": _log(-3, 0)}},
+    "feddyn": {"client": {"method_args.alpha": _log(-3, -1)}},  # the FedDyn paper's search {0.001, 0.01, 0.1}
+    # MOON's mu: the paper's 1 (CIFAR-100, Tiny-ImageNet) and 5 (CIFAR-10), searched over {0.1, 1, 5, 10}
+    "moon": {"client": {"method_args.mu": _log(-1, 1)}},
+    "fedproto": {"client": {"method_args.lam": _log(-1, 1)}},  # lambda: fedhet's default 1 (paper silent), 0.1 .. 10
+    # the noise scale gamma of FRAug's Table 7 baselines (searched there, values not given): 0.01 .. 1 around 0.1
+    "embnoise": {"client": {"method_args.gamma": _log(-2, 0)}},
+    "fed_sfda": {"client": {"method_args.lambda_kd": _log(-1, 1)}},  # lambda_KD: 1 (docs/fed_sfda.md), 0.1 .. 10
+}
+ADAMW_METHODS = ("feddat", "peft")
+
+
+def default_space(method: str) -> JSONDict:
+    """Method `method`'s default search space as a {server: {...}, client: {...}} tree (the format of
+    `parse_space`): its client lr and its own hyperparameters (`METHOD_DIMS`; docs/tune.md "Default search
+    spaces"). ConfigError for an unknown method or one that does not train federated over rounds."""
+    from fedhet.algorithms.registry import ALGORITHMS
+
+    if method not in ALGORITHMS:
+        raise unknown_choice("method", method, ALGORITHMS.names())
+    alg = ALGORITHMS.get(method)
+    if alg.centralized or alg.one_shot:
+        raise ConfigError(f"method '{method}' {'trains on the pooled data' if alg.centralized else 'is one-shot'}"
+                          "; a default search space is for methods that train federated over rounds")
+    own = copy.deepcopy(METHOD_DIMS.get(method, {}))
+    lr = LR_ADAMW if method in ADAMW_METHODS else LR_SGD
+    return {"server": own.get("server", {}), "client": {"train.lr": dict(lr), **own.get("client", {})}}

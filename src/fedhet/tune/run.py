@@ -5,7 +5,8 @@ spec fedpop.md; docs/tune.md), resumable after every round, with results a norma
         summary.json, metrics.jsonl, config.yaml   the final configuration's deployed models (fedhet report reads it)
         tune/best_config.yaml                      that configuration as a plain run config (`fedhet run` it)
         tune/members.jsonl                         per round and member: vectors (its clients' beta^k under
-                                                   "local"), score, parent, alive
+                                                   "local"), score, parent, alive, client_rounds (the clients
+                                                   trained so far, all members together: the budget spent)
         checkpoints/population.pt                  the population after the last finished round
 
 The members are evaluated at `eval.every` rounds through the current best (lowest-score) live member, so the
@@ -104,6 +105,7 @@ class TuningJob(RoundDriver[TuneResult]):
         self.halted: int | None = None  # the round in which every configuration diverged (halt)
         self.rows: list[JSONDict] = []  # metrics.jsonl: the best member's curve
         self.members_log = rundir.path / "tune" / "members.jsonl"
+        self.client_rounds = 0  # the clients trained so far, all members together (the budget spent)
 
     def resume(self) -> None:
         """The population of the last finished round; the member log loses what came after it."""
@@ -113,6 +115,7 @@ class TuningJob(RoundDriver[TuneResult]):
         if self.members_log.is_file():
             kept = [line for line in self.members_log.read_text().splitlines() if _round_of(line) <= self.round]
             atomic_write_text(self.members_log, "".join(line + "\n" for line in kept))
+            self.client_rounds = json.loads(kept[-1]).get("client_rounds", 0) if kept else 0
 
     def stopped(self) -> bool:
         return self.halted is not None
@@ -178,12 +181,14 @@ class TuningJob(RoundDriver[TuneResult]):
         pop = self.population
         self._phase("committed", rnd)
         self.members_log.parent.mkdir(exist_ok=True)
+        self.client_rounds += sum(len(betas) for betas in pop.trained_betas.values())
         with self.members_log.open("a") as log:
             for m in pop.members:
                 local = [vector_to_dict(pop.space.client, b) for b in pop.trained_betas.get(m.slot, [])]
                 log.write(json.dumps({"round": rnd, "slot": m.slot, "alive": m.alive, "parent": m.parent,
                                       "born": m.born, "score": m.history[-1] if m.history else None,
-                                      **m.values(pop.space), "local": local}) + "\n")
+                                      **m.values(pop.space), "local": local,
+                                      "client_rounds": self.client_rounds}) + "\n")
         self.save()
         self._phase("checkpoint_saved", rnd)
         self.dir.write_metrics(self.rows)
@@ -210,8 +215,13 @@ class TuningJob(RoundDriver[TuneResult]):
     def finish(self) -> TuneResult:
         """Choose the final configuration, evaluate its deployed models on test, write the results."""
         pop, cfg = self.population, self.cfg
-        live = [m for m in pop.members if m.alive]
         split = "val" if self.tune.select == "val" else "test"
+        if split == "test":
+            log.warning("tune: tune.select=test picks the final configuration by its test accuracy, so its test "
+                        "results are not held out; summary.json records selection: test")
+        live = [m for m in pop.members if m.alive]
+        # a configuration scored +inf since it was (re)initialised is never picked (unless all were: a halt)
+        live = [m for m in live if all(math.isfinite(x) for x in m.history)] or live
         results = {m.slot: pop.evaluate(m, cfg.rounds, split) for m in live}
         accuracy = [_mean([c["accuracy"] for c in results[m.slot].values()]) for m in live]
         chosen = next(m for m in live if m.slot == best_slot([m.slot for m in live], accuracy))
@@ -227,13 +237,23 @@ class TuningJob(RoundDriver[TuneResult]):
         tried_alpha, tried_beta = pop.tried.counts()
         summary = {"name": cfg.name, "method": cfg.method, "label": cfg.variant, "dataset": cfg.data.dataset,
                    "seed": cfg.seed, "rounds": cfg.rounds, "rounds_completed": self.round, "halted": self.halted,
+                   "selection": split, "diverged": self.diverged(),
                    "personalized": pop.base.personalized, "final": final, "wall_time_s": self.elapsed,
                    "round_time_s": self.elapsed / max(self.round, 1), "device": str(pop.exp.device),
                    "tune": {"wrapper": self.tune.wrapper, "tuner": tuner_name(self.tune), "configs": len(pop.members),
                             "selected": chosen.slot, "select": self.tune.select, "values": chosen.values(pop.space),
+                            "accuracy": {str(m.slot): a for m, a in zip(live, accuracy, strict=True)},
+                            "client_rounds": self.client_rounds,
                             "tried_alpha": tried_alpha, "tried_beta": tried_beta, "finetuned": finetuned}}
         self.dir.write_summary(summary)
         return TuneResult(self.dir.path, self.round, summary)
+
+    def diverged(self) -> int:
+        """The configurations that scored +inf in some round (their training diverged): distinct (slot, born)
+        pairs of the member log, so a slot FedPop-G re-initialised counts once per configuration."""
+        lines = self.members_log.read_text().splitlines() if self.members_log.is_file() else []
+        rows = [json.loads(line) for line in lines]
+        return len({(r["slot"], r["born"]) for r in rows if r["score"] is not None and math.isinf(r["score"])})
 
 
 def _mean(values: list[float]) -> float:
