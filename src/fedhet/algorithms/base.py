@@ -31,7 +31,7 @@ from torch import nn
 
 from fedhet.algorithms.model_parts import ModelParts
 from fedhet.config import ServerConfig, TrainConfig
-from fedhet.core.aggregation import ServerOptimizer, average, client_weights
+from fedhet.core.aggregation import ServerOptimizer
 from fedhet.core.contract import (
     ClientContext,
     ClientState,
@@ -46,6 +46,7 @@ from fedhet.core.contract import (
 )
 from fedhet.core.messages import Message, Reply
 from fedhet.core.params import state_of
+from fedhet.core.robust import aggregate_shared, refuse_own_aggregation
 from fedhet.errors import ConfigError
 from fedhet.losses.classification import cross_entropy
 from fedhet.models import SplitModel
@@ -105,6 +106,9 @@ class Algorithm(Generic[S, C, W, P]):
     one_shot: ClassVar[bool] = False  # one round only (FedBiP): build_experiment refuses rounds != 1
     requires: ClassVar[str] = ""  # what a user installs or runs first (an extra, a pretraining step): `fedhet methods`
     capabilities: ClassVar[Capabilities] = Capabilities()
+    # its own `aggregate` still aggregates the model through FedAvg's (FedSFDA's students), so server.aggregation's
+    # robust rules apply; any other method that overrides `aggregate` refuses them (core/robust.py)
+    shared_aggregation: ClassVar[bool] = False
     server_state_type: type[S]
     client_state_type: type[C]
     work_type: type[W]
@@ -119,6 +123,8 @@ class Algorithm(Generic[S, C, W, P]):
         self.server_cfg = server
         self.num_classes = num_classes
         self.device = device
+        own = type(self).aggregate is not Algorithm.aggregate and not self.shared_aggregation
+        refuse_own_aggregation(self.name, server.aggregation, own)
         template = model_fn().to(device)
         self.server_opt = ServerOptimizer(server, frozenset(name for name, _ in template.named_buffers()))
         self.parts = ModelParts(template, self.shared_keys(template))
@@ -143,11 +149,12 @@ class Algorithm(Generic[S, C, W, P]):
         return Message(arrays=server.model)
 
     def aggregate(self, server: S, replies: list[Reply], info: RoundInfo) -> S:
-        """Weighted (or uniform) average of the clients' shared arrays, then the server optimizer."""
+        """`server.aggregation` (weighted / uniform average, or a robust rule) of the clients' shared arrays,
+        then the server optimizer."""
         if not self.parts.shared:
             return server
-        weights = client_weights([r.num_examples for r in replies], self.server_cfg.aggregation)
-        averaged = average([{k: r.message.arrays[k] for k in server.model} for r in replies], weights)
+        averaged = aggregate_shared([{k: r.message.arrays[k] for k in server.model} for r in replies],
+                                    [r.num_examples for r in replies], server.model, self.server_cfg)
         model, opt = self.server_opt.step(server.model, averaged, server.opt)
         return dataclasses.replace(server, model=model, opt=opt)
 

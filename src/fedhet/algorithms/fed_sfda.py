@@ -146,6 +146,7 @@ class FedSFDA(Algorithm[FedSFDAServer, FedSFDAState, FedSFDAWork, FedSFDAParams]
     """Style wave, server pre-training on D_S + FDA(D_S), then SWA-teacher self-training with KD, FedAvg."""
 
     name = "fed_sfda"
+    shared_aggregation = True  # its students' FedAvg is the shared aggregation (robust rules apply)
     Params = FedSFDAParams
     server_state_type = FedSFDAServer
     client_state_type = FedSFDAState

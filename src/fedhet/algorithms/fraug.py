@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedhet.algorithms import fraug_losses as fl
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import Algorithm, Capabilities
 from fedhet.algorithms.fraug_losses import Draws, initial_prototypes, lambda_c, lambda_syn, update_prototypes
 from fedhet.algorithms.fraug_params import FRAugParams
 from fedhet.algorithms.registry import register
@@ -57,6 +57,7 @@ from fedhet.core.contract import (
 )
 from fedhet.core.messages import Message, Scalar
 from fedhet.core.params import BN_TYPES, StateDict, keys_of_types, state_of
+from fedhet.errors import ConfigError
 from fedhet.models import SplitModel
 from fedhet.models.fraug_nets import Generator, RTNet
 
@@ -103,6 +104,8 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork, FRAugParams]):
     name = "fraug"
     personalized = True
     Params = FRAugParams
+    # L_G / L_FT weights, g / m step sizes: read per step
+    capabilities = Capabilities(call_params=frozenset({"alpha", "beta", "eta_g", "eta_m"}))
     server_state_type = ServerState
     client_state_type = FRAugState
     work_type = FRAugWork
@@ -111,6 +114,9 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork, FRAugParams]):
         super().__init__(*args, **kwargs)
         self._nets: dict[str, nn.Module] = {}  # reused g / m buffers, fully loaded (or re-initialised) per fit
         if self.params.aggregation != "server":  # official: weighted by N_k (server_base.py:53-66)
+            if self.server_cfg.aggregation not in ("weighted", "uniform"):
+                raise ConfigError(f"fraug's method_args.aggregation={self.params.aggregation} replaces server."
+                                  f"aggregation={self.server_cfg.aggregation}: set method_args.aggregation=server")
             self.server_cfg = dataclasses.replace(self.server_cfg, aggregation=self.params.aggregation)
 
     def shared_keys(self, model: nn.Module) -> set[str]:

@@ -13,6 +13,11 @@ from fedhet.yaml_input import JSONDict
 LOCAL_OPTIMIZERS = ("sgd", "adam", "adamw")
 RUNTIMES = ("inprocess", "batched", "flower", "flower-simulation")
 LOGGERS = ("csv", "tensorboard", "mlflow", "wandb")  # run.loggers (engine/tracking.py)
+AVERAGING_RULES = ("weighted", "uniform")  # server.aggregation: the mean, by sample count or equal
+# server.aggregation's robust rules (core/robust.py, docs/robust.md); those that need an honest majority
+ROBUST_RULES = ("median", "trimmed_mean", "krum", "multi_krum", "norm_bound", "geometric_median")
+MAJORITY_RULES = ("median", "trimmed_mean", "krum", "multi_krum", "geometric_median")
+AGGREGATIONS = AVERAGING_RULES + ROBUST_RULES
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -137,7 +142,17 @@ class ServerConfig:
 
     fraction_fit: float = 1.0  # fraction of clients sampled per round (seeded)
     min_fit_clients: int = 1
-    aggregation: str = "weighted"  # weighted (by sample count) | uniform
+    # weighted (by sample count) | uniform | a robust rule on the shared keys (docs/robust.md): median |
+    # trimmed_mean | krum | multi_krum | norm_bound | geometric_median
+    aggregation: str = "weighted"
+    trim: float = 0.1  # trimmed_mean: the fraction beta of clients cut from each end, per coordinate; in [0, 0.5)
+    # f, the attackers assumed per round: krum / multi_krum need n >= 2f + 3 clients, median / trimmed_mean /
+    # geometric_median an honest majority (2f < n)
+    byzantine: int = 0
+    krum_select: int | None = None  # multi_krum: m, how many lowest-score clients are averaged (null: n - f)
+    norm_bound: float | None = None  # norm_bound: the bound M on each update's L2 norm (required by the rule)
+    rfa_iterations: int = 4  # geometric_median: smoothed Weiszfeld steps after the weighted-mean start (RFA's code)
+    rfa_nu: float = 1e-6  # geometric_median: nu, the smoothing floor on the distances (RFA's code)
     optimizer: str = "sgd"  # server optimizer on the pseudo-gradient: sgd (FedAvg/FedAvgM) | adam (FedAdam)
     lr: float = 1.0
     lr_decay: float = 1.0  # StepLR gamma: server step t uses lr * lr_decay^(t-1) (FedEx / FedPop's server alpha)
@@ -161,12 +176,27 @@ class ServerConfig:
         _check(self.min_evaluate_fraction is None or 0.0 < self.min_evaluate_fraction <= 1.0,
                f"server.min_evaluate_fraction must be in (0, 1] or null, got {self.min_evaluate_fraction}")
         _check(self.reply_timeout > 0, f"server.reply_timeout must be > 0 seconds, got {self.reply_timeout}")
-        _check(self.aggregation in ("weighted", "uniform"), "server.aggregation must be weighted or uniform")
+        _check(self.aggregation in AGGREGATIONS, f"server.aggregation must be one of {', '.join(AGGREGATIONS)}"
+               f"{nearest(self.aggregation, AGGREGATIONS)}, got '{self.aggregation}'")
+        self._validate_robust()
         _check(self.optimizer in ("sgd", "adam"), "server.optimizer must be sgd or adam")
         _check(self.lr > 0, f"server.lr must be > 0, got {self.lr}")
         _check(0.0 < self.lr_decay <= 1.0, f"server.lr_decay must be in (0, 1], got {self.lr_decay}")
         _check(0.0 <= self.momentum < 1.0, "server.momentum must be in [0, 1)")
         _check(self.min_fit_clients >= 1, "server.min_fit_clients must be >= 1")
+
+    def _validate_robust(self) -> None:
+        """The robust rules' keys (docs/robust.md); the client counts a rule needs are checked per round."""
+        _check(0.0 <= self.trim < 0.5, f"server.trim (trimmed_mean's fraction cut from each end) must be in "
+                                       f"[0, 0.5), got {self.trim}")
+        _check(self.byzantine >= 0, f"server.byzantine (the attackers Krum assumes) must be >= 0, got {self.byzantine}")
+        _check(self.krum_select is None or self.krum_select >= 1,
+               f"server.krum_select (multi-Krum's m) must be >= 1 or null (n - f), got {self.krum_select}")
+        _check(self.norm_bound is None or self.norm_bound > 0, f"server.norm_bound must be > 0, got {self.norm_bound}")
+        _check(self.aggregation != "norm_bound" or self.norm_bound is not None,
+               "server.aggregation norm_bound needs server.norm_bound: the bound on each update's L2 norm")
+        _check(self.rfa_iterations >= 1, f"server.rfa_iterations must be >= 1, got {self.rfa_iterations}")
+        _check(self.rfa_nu > 0, f"server.rfa_nu must be > 0, got {self.rfa_nu}")
 
 
 @dataclass

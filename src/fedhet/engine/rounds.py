@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from fedhet.algorithms.base import AnyAlgorithm
 from fedhet.core.contract import ServerState
 from fedhet.core.messages import Message, Reply, traffic
+from fedhet.core.robust import check_clients
 from fedhet.core.seeding import seeded
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.finite import DIVERGED_ADVICE, first_nonfinite
@@ -31,8 +32,10 @@ def sample_round(exp: Experiment, num_train_clients: int, rnd: int) -> list[int]
     """The clients that train in round `rnd` (held-out novel clients never do), drawn from (seed, round)."""
     cfg = exp.config
     pool = exp.arrangement.pool(num_train_clients)
-    return [pool[i] for i in sample_clients(cfg.seed, rnd, len(pool), cfg.server.fraction_fit,
-                                            cfg.server.min_fit_clients)]
+    sampled = [pool[i] for i in sample_clients(cfg.seed, rnd, len(pool), cfg.server.fraction_fit,
+                                               cfg.server.min_fit_clients)]
+    check_clients(cfg.server, len(sampled))  # a robust rule's client count, before the round trains
+    return sampled
 
 
 def broadcast_round(exp: Experiment, alg: AnyAlgorithm, server: ServerState, rnd: int, sampled: list[int]
