@@ -129,8 +129,8 @@ CHECKED: list[tuple[str, dict[str, Any], str]] = [
      "value 1.0 .*train.momentum must be in \\[0, 1\\)"),
     ("untunable section", {"client": {"data.alpha": {"type": "uniform", "low": 0.1, "high": 1}}},
      "'data.alpha' is not a tunable key"),
-    ("model argument", {"client": {"model.args.dropout": {"type": "uniform", "low": 0, "high": 0.5}}},
-     "is a model argument, read once when the model is built"),
+    ("model argument under client", {"client": {"model.args.dropout": {"type": "uniform", "low": 0, "high": 0.5}}},
+     "read when the model is built, so it is one value per member .*list it under server:"),
 ]
 
 

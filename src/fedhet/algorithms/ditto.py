@@ -38,7 +38,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import Algorithm, Capabilities
 from fedhet.algorithms.fedprox import proximal_term
 from fedhet.algorithms.registry import register
 from fedhet.config import TrainConfig
@@ -183,5 +183,7 @@ class Ditto(DittoFamily[DittoState, DittoWork, DittoParams]):
 
     name = "ditto"
     Params = DittoParams
+    # read in the personal pass's loss / config only
+    capabilities = Capabilities(call_params=frozenset({"lam", "personal_epochs"}))
     client_state_type = DittoState
     work_type = DittoWork

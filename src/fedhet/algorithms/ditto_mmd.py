@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from fedhet.algorithms.base import Capabilities
 from fedhet.algorithms.ditto import DittoFamily, DittoState, DittoWork
 from fedhet.algorithms.ditto_mmd_penalty import PENALTIES, DittoMMDParams, Features, PenaltySession, PenaltyState
 from fedhet.algorithms.registry import register
@@ -79,6 +80,8 @@ class DittoMMD(DittoFamily[DittoMMDState, DittoMMDWork, DittoMMDParams]):
 
     name = "ditto_mmd"
     Params = DittoMMDParams
+    # read in the personal loss / config only
+    capabilities = Capabilities(call_params=frozenset({"lam", "mu", "personal_epochs"}))
     client_state_type = DittoMMDState
     work_type = DittoMMDWork
 

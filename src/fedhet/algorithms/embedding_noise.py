@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedhet.algorithms.base import ModelAlgorithm
+from fedhet.algorithms.base import Capabilities, ModelAlgorithm
 from fedhet.algorithms.registry import register
 from fedhet.core.contract import Work
 from fedhet.core.params import BN_TYPES, keys_of_types
@@ -67,6 +67,7 @@ class EmbeddingNoise(ModelAlgorithm[EmbeddingNoiseParams]):
     name = "embnoise"
     personalized = True
     Params = EmbeddingNoiseParams
+    capabilities = Capabilities(call_params=frozenset({"distribution", "gamma"}))  # read in `loss` only
 
     def __init__(self, params: EmbeddingNoiseParams, *args: Any, **kwargs: Any) -> None:  # Any: to Algorithm.__init__
         super().__init__(params, *args, **kwargs)

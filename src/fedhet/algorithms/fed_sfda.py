@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from fedhet.algorithms.base import Algorithm, ArraySpec
+from fedhet.algorithms.base import Algorithm, ArraySpec, Capabilities
 from fedhet.algorithms.fed_sfda_parts import (
     kd_loss,
     keep_batchnorm_statistics,
@@ -148,6 +148,8 @@ class FedSFDA(Algorithm[FedSFDAServer, FedSFDAState, FedSFDAWork, FedSFDAParams]
     name = "fed_sfda"
     shared_aggregation = True  # its students' FedAvg is the shared aggregation (robust rules apply)
     Params = FedSFDAParams
+    # L_KD's weight, the pseudo-label threshold and the KD temperature: read in `adapt_step` only
+    capabilities = Capabilities(call_params=frozenset({"lambda_kd", "threshold", "temperature"}))
     server_state_type = FedSFDAServer
     client_state_type = FedSFDAState
     work_type = FedSFDAWork

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from fedhet.algorithms.base import Capabilities
 from fedhet.algorithms.peft_fl import PeftFamily, PeftParams, seed_of
 from fedhet.algorithms.registry import register
 from fedhet.core.batches import num_steps, restrict_logits
@@ -107,6 +108,8 @@ class FedDAT(PeftFamily[DATWork, FedDATParams]):
 
     name = "feddat"
     Params = FedDATParams
+    # read in the KD loss only
+    capabilities = Capabilities(call_params=frozenset({"temperature"}), modality="vision-language")
     counting_kind = "dat"
     work_type = DATWork
 

@@ -83,7 +83,8 @@ class FedDyn(Algorithm[FedDynServerState, FedDynClientState, FedDynWork, FedDynP
     name = "feddyn"
     server_state_type, client_state_type, work_type = FedDynServerState, FedDynClientState, FedDynWork
     Params = FedDynParams
-    capabilities = Capabilities(loss_is_batch_mean=True)  # mean cross-entropy plus terms of the weights alone
+    # mean cross-entropy plus terms of the weights alone; alpha is read in `loss`, `finish` and `aggregate` only
+    capabilities = Capabilities(call_params=frozenset({"alpha"}), loss_is_batch_mean=True)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # Any: forwarded to Algorithm.__init__
         super().__init__(*args, **kwargs)

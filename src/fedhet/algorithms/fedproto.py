@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import Algorithm, Capabilities
 from fedhet.algorithms.registry import register
 from fedhet.core.contract import ClientContext, ClientState, Deployment, FitStats, RoundInfo, ServerState, Work
 from fedhet.core.messages import Message, Reply
@@ -132,6 +132,7 @@ class FedProto(Algorithm[ProtoServerState, ClientState, ProtoWork, FedProtoParam
     name = "fedproto"
     personalized = True
     Params = FedProtoParams
+    capabilities = Capabilities(call_params=frozenset({"lam", "inference"}))  # read in `loss` / `deploy` only
     server_state_type = ProtoServerState
     client_state_type = ClientState
     work_type = ProtoWork

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from torch import nn
 
-from fedhet.algorithms.base import ModelAlgorithm
+from fedhet.algorithms.base import Capabilities, ModelAlgorithm
 from fedhet.algorithms.registry import register
 from fedhet.core.contract import LocalPass, OptimSpec, Work, loss_pass, minimize
 from fedhet.core.params import keys_under
@@ -52,6 +52,7 @@ class FedRep(ModelAlgorithm[FedRepParams]):
     name = "fedrep"
     personalized = True
     Params = FedRepParams
+    capabilities = Capabilities(call_params=frozenset({"head_epochs"}))  # read in `passes` only
 
     def shared_keys(self, model: nn.Module) -> set[str]:
         """The body (features) is shared; every key under `head` is personal."""

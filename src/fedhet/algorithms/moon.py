@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import Algorithm, Capabilities
 from fedhet.algorithms.registry import register
 from fedhet.core.contract import ClientContext, ClientState, FitStats, ServerState, Work
 from fedhet.core.messages import Message
@@ -105,6 +105,7 @@ class Moon(Algorithm[ServerState, MoonState, MoonWork, MoonParams]):
 
     name = "moon"
     Params = MoonParams
+    capabilities = Capabilities(call_params=frozenset({"mu", "temperature"}))  # read in `loss` only
     server_state_type = ServerState
     client_state_type = MoonState
     work_type = MoonWork

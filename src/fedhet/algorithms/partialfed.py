@@ -43,7 +43,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Subset
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import Algorithm, Capabilities
 from fedhet.algorithms.registry import register
 from fedhet.core.contract import ClientContext, ClientState, Deployment, FitStats, ServerState, Work
 from fedhet.core.messages import Message
@@ -134,6 +134,7 @@ class PartialFed(Algorithm[ServerState, PartialFedState, PartialFedWork, Partial
     client_state_type = PartialFedState
     work_type = PartialFedWork
     Params = PartialFedParams
+    capabilities = Capabilities(call_params=frozenset({"adaptive_lr", "p_init", "p_min"}))  # read in `start` only
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # Any: forwarded to Algorithm.__init__
         super().__init__(*args, **kwargs)

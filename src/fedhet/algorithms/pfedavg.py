@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fedhet.algorithms.base import ModelAlgorithm
+from fedhet.algorithms.base import Capabilities, ModelAlgorithm
 from fedhet.algorithms.registry import register
 from fedhet.core.contract import ClientContext, ClientState, Deployment, LocalPass, OptimSpec, Work, minimize
 from fedhet.core.messages import Message
@@ -63,6 +63,8 @@ class PFedAvg(ModelAlgorithm[PFedAvgParams]):
     name = "pfedavg"
     personalized = True
     Params = PFedAvgParams
+    # read in `deploy` only
+    capabilities = Capabilities(call_params=frozenset({"finetune_epochs", "finetune_lr", "finetune_part"}))
 
     def finetune_pass(self, work: Work, model: SplitModel) -> LocalPass:
         """`finetune_epochs` epochs of `model` on the client's training split (the personalization step), with a

@@ -10,7 +10,6 @@ from fedhet.tune.apply import (
     check_space,
     hparams_of,
     to_overrides,
-    tunable_keys,
     vector_from_dict,
     vector_to_dict,
 )
@@ -40,6 +39,7 @@ from fedhet.tune.fedpop import (
     member_score,
     split_quantiles,
 )
+from fedhet.tune.keys import tunable_keys
 from fedhet.tune.presets import PRESETS, preset
 from fedhet.tune.space import KINDS, Dim, HPVector, SearchSpace, Space, load_space, parse_dim, parse_space
 

@@ -3,82 +3,22 @@ value types and ranges, with the config's own nearest-key errors), `apply_vector
 run config through the same overrides `fedhet run key=value` takes, and `vector_to_dict` / `vector_from_dict` /
 `to_overrides` write and read vectors as YAML-able data.
 
-Roles: a `server` (alpha, Agg, Eq. 2) key lives in `server.*` or `method_args.*`; a `client` (beta, Loc, Eq. 1)
-key in `train.*` or `method_args.*`. Every key must be a field of its section or of the method's `Params`.
-`model.args.*` (e.g. dropout) is refused: the model is built once, with the same arguments for every client and
-configuration, so such a value could not take effect.
+Roles: a `server` (alpha, Agg, Eq. 2) key lives in `server.*`, `method_args.*` or `model.args.*`; a `client`
+(beta, Loc, Eq. 1) key in `train.*` or a per-call `method_args.*`. Which keys are tunable, and which are read when
+the method or model is built (one value per member, its own build): `fedhet.tune.keys`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from collections.abc import Mapping
-from typing import Any, get_type_hints
+from typing import Any
 
 import yaml
 
 from fedhet.config import ExperimentConfig, ServerConfig, TrainConfig, load_config, set_path
-from fedhet.errors import ConfigError, nearest
+from fedhet.errors import ConfigError
+from fedhet.tune.keys import check_key, check_kind, tunable_keys
 from fedhet.tune.space import HPValue, HPVector, SearchSpace, Space
-
-ROLE_SECTIONS = {"server": ("server", "method_args"), "client": ("train", "method_args")}
-_ROLE_NAMES = {"server": "a server (alpha, Agg)", "client": "a client (beta, Loc)"}
-
-
-def tunable_keys(cfg: ExperimentConfig) -> dict[str, Any]:  # Any: typing annotations (get_type_hints)
-    """{dotted key: annotated type} of every checked tunable key: train.*, server.*, method_args.* of cfg.method."""
-    from fedhet.algorithms.registry import ALGORITHMS
-
-    sections: tuple[tuple[str, type], ...] = (("train", TrainConfig), ("server", ServerConfig),
-                                             ("method_args", ALGORITHMS.get(cfg.method).Params))
-    keys: dict[str, Any] = {}  # Any: as tunable_keys'
-    for section, cls in sections:
-        hints = get_type_hints(cls)
-        keys.update({f"{section}.{f.name}": hints[f.name] for f in dataclasses.fields(cls)})
-    return keys
-
-
-def _is_int(tp: Any) -> bool:  # Any: a typing annotation
-    """Whether a field annotation is int or int | None."""
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return args == [int]
-    return bool(tp is int)
-
-
-def _check_key(role: str, key: str, cfg: ExperimentConfig, keys: Mapping[str, Any]) -> None:  # Any: as tunable_keys'
-    """The key exists (else: the nearest valid key) and belongs to `role`'s sections."""
-    section = key.split(".")[0]
-    if section == "model":
-        raise ConfigError(f"search space: '{key}' is a model argument, read once when the model is built and the "
-                          "same for every client and configuration; fedhet tune cannot vary it (tune train.*, "
-                          "server.* or per-call method_args.* keys)")
-    if key not in keys:
-        hint, pool = "; keys look like train.lr, server.lr or method_args.NAME", list(keys)
-        if section == "method_args":
-            pool = [k for k in keys if k.startswith("method_args.")]
-            hint = f"; method '{cfg.method}' takes " + (", ".join(pool) if pool else "no method arguments")
-        raise ConfigError(f"search space: '{key}' is not a tunable key of this experiment{nearest(key, pool)}{hint}")
-    if section not in ROLE_SECTIONS[role]:
-        other = "client" if role == "server" else "server"
-        raise ConfigError(f"search space: '{key}' is {_ROLE_NAMES[other]} hyperparameter; list it under "
-                          f"{other}:, not {role}:")
-    if section == "method_args":
-        from fedhet.algorithms.registry import ALGORITHMS
-
-        per_call = ALGORITHMS.get(cfg.method).capabilities.call_params
-        if key.split(".")[1] not in per_call:
-            raise ConfigError(f"search space: method '{cfg.method}' reads {key} when it is built, so it cannot "
-                              f"differ per client or member; its per-call method_args: "
-                              f"{', '.join(sorted(per_call)) or 'none'}")
-    if key == "train.local_epochs" and cfg.train.local_steps is not None:
-        raise ConfigError(f"search space: train.local_epochs is tuned but train.local_steps={cfg.train.local_steps} "
-                          "overrides it; set train.local_steps=null or drop train.local_epochs from the space")
-    if key == "server.momentum" and cfg.server.optimizer != "sgd":
-        raise ConfigError(f"search space: server.momentum is tuned but server.optimizer={cfg.server.optimizer} "
-                          "ignores it; set server.optimizer=sgd or drop server.momentum from the space")
 
 
 def _check_values(space: Space, key: str, cfg: ExperimentConfig) -> None:
@@ -102,15 +42,14 @@ def _check_values(space: Space, key: str, cfg: ExperimentConfig) -> None:
 
 def check_space(space: SearchSpace, cfg: ExperimentConfig) -> None:
     """Validate `space` for experiment `cfg`: each key exists (nearest valid key otherwise), sits in its role's
-    sections, fits its field's type (an int field needs a discrete dimension), and every value the dimension
-    can reach is accepted by the config's own validation."""
+    sections, fits its field's type (an int field needs a discrete dimension, a bool or text field a choice), and
+    every value the dimension can reach is accepted by the config's own validation (`model.args.*` values are
+    checked when the members' models are built: tune/member.py)."""
     keys = tunable_keys(cfg)
     for role, part in (("server", space.server), ("client", space.client)):
         for key, dim in part.dims.items():
-            _check_key(role, key, cfg, keys)
-            if _is_int(keys.get(key)) and not dim.discrete:
-                raise ConfigError(f"search space '{key}': the config value is an integer but type {dim.kind} is "
-                                  "continuous; use type int, log2_int or choice")
+            check_key(role, key, cfg, keys)
+            check_kind(key, keys[key], dim.kind, dim.discrete)
             _check_values(part, key, cfg)
 
 

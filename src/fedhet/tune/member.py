@@ -8,11 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fedhet.algorithms.base import AnyAlgorithm, with_hparams
-from fedhet.config import ExperimentConfig
 from fedhet.core.contract import ClientState, ServerState
-from fedhet.tune.apply import hparams_of, vector_to_dict
+from fedhet.engine.experiment import Experiment, build_algorithm, make_model_fn
+from fedhet.errors import ConfigError
+from fedhet.tune.apply import apply_vector, hparams_of, vector_to_dict
 from fedhet.tune.fedex import FedExState
-from fedhet.tune.space import HPValue, HPVector, SearchSpace
+from fedhet.tune.keys import build_time
+from fedhet.tune.space import HPValue, HPVector, SearchSpace, Space
 
 AnyAlgorithm = AnyAlgorithm
 MAX_CACHED = 1024
@@ -48,21 +50,56 @@ class Member:
 
 
 class MethodCopies:
-    """Copies of the experiment's method configured with an HP vector (`with_hparams`), resolved once
-    per distinct vector: a client trains with Concat(alpha_i, beta_i^k), a member aggregates with
-    Concat(alpha_i, beta_i^0)."""
+    """Copies of the experiment's method configured with an HP vector (`with_hparams`), resolved once per
+    distinct vector: a client trains with Concat(alpha_i, beta_i^k), a member aggregates with
+    Concat(alpha_i, beta_i^0). A vector's build-time values (`build_keys`: model.args.* and method_args the
+    method reads when it is built, tune/keys.py) select the method and model built from that configuration
+    (`build`): the experiment's own when the space has none, else one build per distinct set of values, shared by
+    the members that have it (so the batched runtime lanes them together, and only them)."""
 
-    def __init__(self, cfg: ExperimentConfig, base: AnyAlgorithm, space: SearchSpace) -> None:
-        self.cfg, self.base, self.space = cfg, base, space
+    def __init__(self, exp: Experiment, space: SearchSpace) -> None:
+        self.exp, self.cfg, self.base, self.space = exp, exp.config, exp.algorithm, space
+        self.build_keys = tuple(k for k in space.joint.dims if build_time(k, exp.config))
+        self._builds: dict[tuple[tuple[str, float], ...], AnyAlgorithm] = {}
         self._cache: dict[tuple[tuple[str, float], ...], AnyAlgorithm] = {}
 
+    def build(self, vec: Mapping[str, float]) -> AnyAlgorithm:
+        """The method (and model) built with `vec`'s build-time values and the experiment's other settings."""
+        if not self.build_keys:
+            return self.base
+        key = tuple((k, float(vec[k])) for k in self.build_keys)
+        if key not in self._builds:
+            sub = Space({k: self.space.joint.dims[k] for k in self.build_keys})
+            cfg = apply_vector(self.cfg, sub, dict(key))
+            try:
+                model_fn = make_model_fn(cfg, self.exp.data)
+                self._builds[key] = build_algorithm(cfg, self.exp.data, self.exp.device, model_fn)
+            except (TypeError, ValueError, RuntimeError, ConfigError) as err:
+                raise ConfigError(f"search space: the member values {vector_to_dict(sub, dict(key))} do not build "
+                                  f"({type(err).__name__}: {err}); narrow those keys' bounds") from err
+        return self._builds[key]
+
+    def check_builds(self) -> None:
+        """Build every value at the ends of each build-time dimension (one at a time, the others at the
+        experiment's values), so a value the method or model refuses is one clear error before any training."""
+        for key in self.build_keys:
+            dim = self.space.joint.dims[key]
+            for pos in range(len(dim.grid)) if dim.discrete else (dim.low, dim.high):
+                sub = Space({key: dim})
+                cfg = apply_vector(self.cfg, sub, {key: pos})
+                try:
+                    build_algorithm(cfg, self.exp.data, self.exp.device, make_model_fn(cfg, self.exp.data))
+                except (TypeError, ValueError, RuntimeError, ConfigError) as err:
+                    raise ConfigError(f"search space '{key}': the value {dim.value(pos)!r} it can take does not "
+                                      f"build ({type(err).__name__}: {err}); narrow its bounds") from err
+
     def of(self, alpha: Mapping[str, float], beta: Mapping[str, float]) -> AnyAlgorithm:
-        """The method with alpha's server and beta's client hyperparameters."""
+        """The method with alpha's server and beta's client hyperparameters (built with alpha's build-time values)."""
         vec = {**alpha, **beta}
         key = tuple(sorted((k, float(v)) for k, v in vec.items()))
         if key not in self._cache:
             if len(self._cache) >= MAX_CACHED:  # continuous local vectors rarely repeat: keep the cache bounded
                 self._cache.clear()
             train, server, params = hparams_of(self.cfg, self.space.joint, vec)
-            self._cache[key] = with_hparams(self.base, train=train, server=server, params=params)
+            self._cache[key] = with_hparams(self.build(vec), train=train, server=server, params=params)
         return self._cache[key]

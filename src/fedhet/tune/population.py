@@ -19,7 +19,7 @@ import statistics
 
 import numpy as np
 
-from fedhet.core.contract import ClientState
+from fedhet.core.contract import ClientState, ServerState
 from fedhet.core.messages import Reply
 from fedhet.core.seeding import FINETUNE, numpy_rng, seeded
 from fedhet.engine.experiment import Experiment
@@ -45,7 +45,8 @@ class Population:
     def __init__(self, exp: Experiment, tune: TuneConfig, space: SearchSpace) -> None:
         self.exp, self.tune, self.space = exp, tune, space
         self.base = exp.algorithm
-        self.copies = MethodCopies(exp.config, self.base, space)
+        self.copies = MethodCopies(exp, space)
+        self.copies.check_builds()
         self.runner = make_executor(exp)  # the one factory `fedhet run` uses (run.runtime)
         self.runner.check_split = "val"
         self.members: list[Member] = []
@@ -65,8 +66,14 @@ class Population:
             rng = self.rng("init", 0)
             vectors = [(self.space.server.sample(rng), self.space.client.sample(rng))
                        for _ in range(self.tune.num_configs)]
-        self.members = [Member(slot=i, alpha=dict(alpha), beta0=dict(beta0), server=self.base.init_server(),
-                               clients={}) for i, (alpha, beta0) in enumerate(vectors)]
+        self.members = [Member(slot=i, alpha=dict(alpha), beta0=dict(beta0), server=self.init_server(alpha, beta0))
+                        for i, (alpha, beta0) in enumerate(vectors)]
+
+    def init_server(self, alpha: HPVector, beta0: HPVector) -> ServerState:
+        """A member's initial server state, of its own build, drawn as `Experiment.init_server` draws it."""
+        with seeded(self.exp.config.seed, "server-init"):
+            server: ServerState = self.copies.of(alpha, beta0).init_server()
+        return server
 
     def local_vectors(self, member: Member, rnd: int, k: int) -> list[HPVector]:
         """beta^1..beta^K for the round's K active clients: beta^0 itself (`clients: fixed`), FedEx's draws from
@@ -191,8 +198,9 @@ class Population:
 
     def global_search(self, rnd: int) -> None:
         """FedPop-G (Alg. 1): the bottom group of the live members by their score (`tune.split`) take a top member's
-        weights, server state (its optimizer's too) and client states, and Evo of its (alpha, beta^0); their
-        local vectors are resampled next round and their score history restarts."""
+        weights, server state (its optimizer's too) and client states, and Evo of its (alpha, beta^0) except its
+        build-time values (tune/keys.py), which come with the weights; their local vectors are resampled next
+        round and their score history restarts."""
         live = [m for m in self.members if m.alive]
         t, rounds = self.tune, self.exp.config.rounds
         scores = member_scores(t, self.t_g, live)
@@ -202,16 +210,16 @@ class Population:
                           beta_eps=2 * t.eps0 if t.g_beta_eps == "double" else eps)
         parents = {r.top: copy.deepcopy((live[r.top].server, live[r.top].clients)) for r in chosen}
         for r in chosen:
-            child = live[r.bottom]
-            child.server, child.clients = copy.deepcopy(parents[r.top])
-            child.alpha, child.beta0, child.betas, child.history = dict(r.alpha), dict(r.beta0), [], []
+            child, built = live[r.bottom], {k: live[r.top].alpha[k] for k in self.copies.build_keys}
+            child.server, child.clients = copy.deepcopy(parents[r.top])  # with its weights, its build-time values:
+            child.alpha, child.beta0, child.betas, child.history = {**r.alpha, **built}, dict(r.beta0), [], []
             child.weighted_last = math.inf  # (its beta_history restarts with the Delta-ball, `local_vectors`)
             child.born, child.parent, child.best_local = rnd, live[r.top].slot, None
 
     def states_of(self, member: Member) -> dict[int, ClientState]:
         """Every client's state in `member`'s federation (a client that never trained there: a fresh state)."""
-        return {cid: member.clients.get(cid) or self.base.init_client(cid)
-                for cid in range(self.runner.num_train_clients)}
+        center = self.copies.of(member.alpha, member.beta0)
+        return {cid: member.clients.get(cid) or center.init_client(cid) for cid in range(self.runner.num_train_clients)}
 
     def evaluate(self, member: Member, rnd: int, split: str = "test") -> dict[str, dict[str, float]]:
         """The member's deployed models on every client's `split` (its centre beta^0's method deploys)."""
