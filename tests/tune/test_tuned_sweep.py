@@ -1,0 +1,131 @@
+"""Tuned sweeps (`fedhet sweep CONFIG --tune BUDGET`, issue 40 item 2): the layout and tuned.json with the budget in
+client-rounds, a stopped sweep resumes to the uninterrupted result without re-running finished tuning jobs, and
+each bad input is one clear error before anything runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+import fedhet.tune.run as tune_run
+from fedhet.cli import main
+from fedhet.config import ExperimentConfig, from_dict
+from fedhet.launch.tuned_sweep import plan_tuned_sweep, run_tuned_sweep
+from fedhet.yaml_input import JSONDict
+
+SPACE = {"client": {"train.lr": {"type": "log_uniform", "low": -2, "high": -0.5}}}
+# 2 clients, 2 rounds: one full run is 4 client-rounds
+TINY: JSONDict = {"name": "tsw", "rounds": 2, "model": {"name": "mlp"}, "train": {"local_steps": 2},
+                  "data": {"dataset": "offline_digits", "domains": ["clean", "inverted"], "max_test_per_client": 20,
+                           "max_train_per_client": 40},
+                  "sweep": {"methods": ["fedavg", "fedprox"],
+                            "tune": {"budget": "2x", "seeds": [0, 1], "seed": 7, "space": SPACE}}}
+
+
+def _cfg(tmp_path: Path, **tune: object) -> ExperimentConfig:
+    tree = json.loads(json.dumps(TINY))
+    tree["run"] = {"out_dir": str(tmp_path), "quiet": True, "num_threads": 1}
+    tree["sweep"]["tune"].update(tune)
+    cfg = from_dict(ExperimentConfig, tree)
+    cfg.validate()
+    return cfg
+
+
+def _read(path: Path) -> JSONDict:
+    return json.loads(path.read_text()) if path.suffix == ".json" else yaml.safe_load(path.read_text())
+
+
+def test_a_tuned_sweep_writes_the_layout_and_tuned_json(tmp_path: Path) -> None:
+    run_tuned_sweep(plan_tuned_sweep(_cfg(tmp_path)), progress=False)
+    root = tmp_path / "tsw" / "offline_digits"
+    for label in ("fedavg", "fedprox"):
+        record = _read(root / f"{label}+tuned-rs" / "tuned.json")
+        assert record["budget_client_rounds"] == 8 == record["spent_client_rounds"]  # 2 runs x 2 rounds x 2 clients
+        assert (record["method"], record["default_label"], record["tuner"], record["tune_seed"], record["members"]) == (
+            label, label, "rs", 7, 2)
+        assert set(record["chosen"]) == {"train.lr"} and record["selection"] == "val" and record["diverged"] == 0
+        assert 0 <= record["val_score"] <= 1 and record["seeds"] == [0, 1]
+        tuning = _read(root / f"{label}+tuned-rs" / "tuning" / "config.yaml")
+        assert tuning["seed"] == 7 and tuning["data"]["val_fraction"] == 0.2 and tuning["tune"]["configs"] == 2
+        for seed in (0, 1):
+            assert (root / label / f"seed{seed}" / "summary.json").is_file()  # the default row
+            rerun = root / f"{label}+tuned-rs" / f"seed{seed}"
+            config, summary = _read(rerun / "config.yaml"), _read(rerun / "summary.json")
+            assert config["label"] == f"{label}+tuned-rs" and config["seed"] == seed == summary["seed"]
+            assert config["train"]["lr"] == pytest.approx(record["chosen"]["train.lr"])
+            assert config["data"]["val_fraction"] == 0.0 and summary["final"]  # the config's own data: test metrics
+
+
+@pytest.mark.parametrize("budget, tuner, configs", [("12", "rs", 3), ("3x", "rs", 3), ("3x", "sha", 5)])
+def test_the_budget_is_client_rounds_for_every_tuner(tmp_path: Path, budget: str, tuner: str, configs: int) -> None:
+    job = plan_tuned_sweep(_cfg(tmp_path, tuners=[tuner]), budget=budget).jobs[0]
+    tune = job.tuning.tune
+    assert job.budget == 12 and tune["configs"] == configs and tune["budget"] == 6  # 12 client-rounds / 2 clients
+    if tuner == "sha":  # 5 configurations for 1 round, then the survivor's second round: 6 member-rounds
+        assert tune["eliminations"] == 1 and tune["wrapper"] == "sha"
+
+
+class Killed(Exception):
+    """A stop in the middle of a tuning job (a crash or a kill)."""
+
+
+def test_an_interrupted_tuned_sweep_resumes_to_the_uninterrupted_result(tmp_path: Path, monkeypatch) -> None:
+    run_tuned_sweep(plan_tuned_sweep(_cfg(tmp_path / "whole", seeds=[0])), progress=False)
+    real, calls = tune_run.run_tuning, []
+
+    def stopping(cfg: ExperimentConfig, *args: object, **kwargs: object):
+        calls.append((cfg.label, kwargs["resume"]))
+
+        def kill(phase: str, rnd: int) -> None:
+            if cfg.method == "fedprox" and (phase, rnd) == ("checkpoint_saved", 1):
+                raise Killed
+        return real(cfg, *args, **kwargs, on_phase=kill if len(calls) == 2 else None)
+
+    monkeypatch.setattr(tune_run, "run_tuning", stopping)
+    with pytest.raises(Killed):
+        run_tuned_sweep(plan_tuned_sweep(_cfg(tmp_path / "parts", seeds=[0])), progress=False)
+    parts = tmp_path / "parts" / "tsw" / "offline_digits"
+    finished = (parts / "fedavg+tuned-rs" / "tuning" / "summary.json").stat().st_mtime_ns
+    run_tuned_sweep(plan_tuned_sweep(_cfg(tmp_path / "parts", seeds=[0])), progress=False)
+    assert calls == [("fedavg+tuned-rs", False), ("fedprox+tuned-rs", False), ("fedprox+tuned-rs", True)]
+    assert (parts / "fedavg+tuned-rs" / "tuning" / "summary.json").stat().st_mtime_ns == finished
+    whole = tmp_path / "whole" / "tsw" / "offline_digits"
+    for label in ("fedavg+tuned-rs", "fedprox+tuned-rs"):
+        a, b = _read(whole / label / "tuned.json"), _read(parts / label / "tuned.json")
+        assert {**a, "wall_s": 0} == {**b, "wall_s": 0}
+        for name in ("tuning/tune/members.jsonl", "seed0/metrics.jsonl"):
+            assert (whole / label / name).read_text() == (parts / label / name).read_text()
+        assert _read(whole / label / "seed0" / "summary.json")["final"] == _read(
+            parts / label / "seed0" / "summary.json")["final"]
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--tune", "1"], "tune budget of 1 client-rounds is below one run of 'fedavg'"),
+    (["--tune", "eight"], "give full runs' worth as NUMx"),
+    (["--tune", "2x", "sweep.tune.space={client: {data.alpha: {type: uniform, low: 0.1, high: 1}}}"],
+     "data.alpha"),
+    (["--tune", "2x", "sweep.tune.space={client: {train.lr: {type: log_uniform, low: -1, high: -2}}}"],
+     r"low \(-1\) must be below high \(-2\)"),
+    (["--tune", "2x", "sweep.tune.space={client: {train.momentum: {type: uniform, low: 0.5, high: 1.5}}}"],
+     "train.momentum"),
+    (["--tune", "2x", "--methods", "fedavg,fedd3"], "cannot tune 'fedd3': method fedd3 is one-shot"),
+    (["--tune", "2x", "--methods", "fedavg,all"], "cannot tune 'all': method all is centralized"),
+    (["--tune", "2x", "sweep.tune.seed=1"], "the tuning seed 1 is among the fresh seeds"),
+    (["--tune", "2x", "sweep.tune.tuners=[rs,hyperband]"], "unknown tuner.*'hyperband'.*valid: fedpop, rs, sha"),
+    (["--tune", "2x", "sweep.tune.budgets=3"], "unknown sweep.tune key 'budgets'"),
+])
+def test_each_bad_input_is_one_clear_error_and_nothing_runs(tmp_path: Path, capsys, args: list[str],
+                                                           match: str) -> None:
+    config = tmp_path / "tiny.yaml"
+    tree = json.loads(json.dumps(TINY))
+    tree["sweep"]["tune"].pop("budget")
+    config.write_text(yaml.safe_dump({**tree, "run": {"out_dir": str(tmp_path / "runs")}}))
+    assert main(["sweep", str(config), "-q", *args]) != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert re.search(match, err), err
+    assert not (tmp_path / "runs").exists()
