@@ -77,7 +77,7 @@ def test_rows_put_default_and_tuned_side_by_side(sweep: Path) -> None:
     # differences (5, 6, 7 points) have the same spread: 6 ± 2.48
     assert row_line(fedavg) == (
         "| fedavg | 60.00 ± 1.00 [57.52, 62.48] (n=3) | 66.00 ± 2.00 [61.03, 70.97] (n=3) | +6.00 [+3.52, +8.48] | "
-        "rs | 15 / 18 | 123 | 64.50 | 1 / 8 | train.lr=0.0316, method_args.mu=0.01 |")
+        "rs | 15 / 18 | 123.4 | 64.50 | 1 / 8 | train.lr=0.0316, method_args.mu=0.01 |")
 
 
 def test_the_report_page_has_the_section_and_keeps_tuning_jobs_out_of_the_tables(sweep: Path,
@@ -118,6 +118,24 @@ def test_anytime_curve_is_best_so_far_over_client_rounds(sweep: Path) -> None:
     assert xs == [6, 12, 15]  # 2 x 3, + 2 x 3 (the diverging member trained), + 1 x 3
     assert ys == [0.8, 0.7, 0.7]  # round 3's best (0.75) is worse: the curve stays; inf never counts
     assert all(b <= a for a, b in zip(ys, ys[1:], strict=False))
+
+
+def test_anytime_curve_takes_the_recorded_client_rounds(tmp_path: Path) -> None:
+    """A log with `client_rounds` (all members' trained clients so far) is read by it, not by `local`."""
+    log = tmp_path / "members.jsonl"
+    spent = {1: 6, 2: 12, 3: 15}
+    log.write_text("".join(json.dumps({**{k: v for k, v in r.items() if k != "local"},
+                                       "client_rounds": spent[r["round"]]}) + "\n" for r in MEMBER_LOG))
+    assert anytime_curve(log) == ([6, 12, 15], [0.8, 0.7, 0.7])
+
+
+def test_ties_share_a_place_in_the_ordering_sentence() -> None:
+    default = {"fedavg": 0.70, "fedprox": 0.70, "fedbn": 0.60}
+    assert read_ordering("digits", "rs", default, {"fedavg": 0.70, "fedprox": 0.71, "fedbn": 0.60}) == (
+        "Tuned with rs on digits, fedavg moves from joint 1st to 2nd (default: fedavg = fedprox > fedbn; tuned: "
+        "fedprox > fedavg > fedbn).")
+    assert read_ordering("digits", "rs", default, {"fedavg": 0.8, "fedprox": 0.8, "fedbn": 0.6}).startswith(
+        "Tuned with rs on digits, no ordering changes: fedavg = fedprox > fedbn")
 
 
 def test_a_corrupt_tuned_json_is_one_clear_error(sweep: Path) -> None:

@@ -1,7 +1,7 @@
 """Anytime curves of a tuned sweep: the best validation loss any configuration reached so far vs the client-rounds
-the tuning had spent by then, read from each tuning job's `tune/members.jsonl` (one line per round and member;
-`local` lists the local vectors of the clients the member trained that round, so its length is the member's
-client-rounds of the round, 0 for a member no longer alive)."""
+the tuning had spent by then, read from each tuning job's `tune/members.jsonl` (one line per round and member:
+`client_rounds`, the clients trained so far by all members together; in a log without it, the length of `local`,
+the local vectors of the clients the member trained that round, 0 for a member no longer alive)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def anytime_curve(members_log: Path) -> tuple[list[int], list[float]]:
     ys: list[float] = []
     for rnd in sorted(by_round):
         rows = by_round[rnd]
-        spent += sum(len(r.get("local") or []) for r in rows)
+        recorded = [r["client_rounds"] for r in rows if isinstance(r.get("client_rounds"), int)]
+        spent = max(recorded) if recorded else spent + sum(len(r.get("local") or []) for r in rows)
         scores = [float(r["score"]) for r in rows if isinstance(r.get("score"), (int, float))]
         best = min([best, *(s for s in scores if math.isfinite(s))])
         if math.isfinite(best):

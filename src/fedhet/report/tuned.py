@@ -15,6 +15,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -99,13 +100,28 @@ def ranking(scores: dict[str, float]) -> list[str]:
     return sorted(scores, key=lambda m: (-scores[m], m))
 
 
+def ranks(scores: dict[str, float]) -> dict[str, int]:
+    """Each method's place, 1 = highest; tied methods share the better place (1, 1, 3)."""
+    return {m: 1 + sum(v > scores[m] for v in scores.values()) for m in scores}
+
+
+def chain(scores: dict[str, float]) -> str:
+    """'fraug > fedavg = fedbn': the ranking, '=' between tied methods."""
+    order = ranking(scores)
+    return order[0] + "".join(f" {'=' if scores[b] == scores[a] else '>'} {b}" for a, b in pairwise(order))
+
+
+def _place(places: dict[str, int], method: str) -> str:
+    tied = sum(p == places[method] for p in places.values()) > 1
+    return f"{'joint ' if tied else ''}{ordinal(places[method])}"
+
+
 def ordering_changes(default: dict[str, float], tuned: dict[str, float]) -> list[str]:
     """What tuning changed in the ranking of the methods both have: "a and b swap" for two that exchange places,
     "a moves from 3rd to 1st" otherwise, in the tuned order; [] when the ranking is unchanged."""
     both = [m for m in default if m in tuned]
-    before = {m: i for i, m in enumerate(ranking({m: default[m] for m in both}), 1)}
-    after = {m: i for i, m in enumerate(ranking({m: tuned[m] for m in both}), 1)}
-    moved = sorted((m for m in both if before[m] != after[m]), key=lambda m: after[m])
+    before, after = ranks({m: default[m] for m in both}), ranks({m: tuned[m] for m in both})
+    moved = sorted((m for m in both if before[m] != after[m]), key=lambda m: (after[m], m))
     said: set[str] = set()
     parts = []
     for m in moved:
@@ -116,7 +132,7 @@ def ordering_changes(default: dict[str, float], tuned: dict[str, float]) -> list
             parts.append(f"{m} and {partner} swap")
             said |= {m, partner}
         else:
-            parts.append(f"{m} moves from {ordinal(before[m])} to {ordinal(after[m])}")
+            parts.append(f"{m} moves from {_place(before, m)} to {_place(after, m)}")
             said.add(m)
     return parts
 
@@ -126,8 +142,7 @@ def read_ordering(dataset: str, tuner: str, default: dict[str, float], tuned: di
     both = [m for m in default if m in tuned]
     if len(both) < 2:
         return ""
-    old = " > ".join(ranking({m: default[m] for m in both}))
-    new = " > ".join(ranking({m: tuned[m] for m in both}))
+    old, new = chain({m: default[m] for m in both}), chain({m: tuned[m] for m in both})
     if not (parts := ordering_changes(default, tuned)):
         return f"Tuned with {tuner} on {dataset}, no ordering changes: {old}, at the default configuration and tuned."
     return f"Tuned with {tuner} on {dataset}, {'; '.join(parts)} (default: {old}; tuned: {new})."
@@ -188,7 +203,7 @@ def row_line(row: TunedRow) -> str:
     hps = ", ".join(f"{k}={_value(v)}" for k, v in chosen.items()) if isinstance(chosen, dict) else ""
     return (f"| {row.method} | {_with_ci(row.default)} | {_with_ci(row.tuned)} | {delta} | {tuner} | "
             f"{_number(info, 'spent_client_rounds')} / {_number(info, 'budget_client_rounds')} | "
-            f"{_number(info, 'wall_s')} | {_number(info, 'val_score', 100.0, '.2f')} | "
+            f"{_number(info, 'wall_s', fmt='.1f')} | {_number(info, 'val_score', 100.0, '.2f')} | "
             f"{_number(info, 'diverged')} / {_number(info, 'members')} | {hps or '–'} |")
 
 
@@ -212,10 +227,12 @@ def tuned_section(runs: Sequence[RunRecord], out_dir: Path, heading: bool = True
               "difference over the seeds both ran. Every method of a tuner had the same budget in client-rounds "
               "(tuning rounds x live configurations x active clients); diverged members scored "
               "+inf.\n"]
+    tuners = list(dict.fromkeys(r.tuner for r in rows))
     for dataset in dict.fromkeys(r.dataset for r in rows):
-        lines += [f"### {dataset}\n", *HEADER, *(row_line(r) for r in rows if r.dataset == dataset), ""]
+        lines += [f"### {dataset}\n", *HEADER, *(row_line(r) for t in tuners for r in rows
+                                                 if r.dataset == dataset and r.tuner == t), ""]
     lines += [f"**Reading (tuning).** {text}\n" for text in tuned_readings(rows)]
-    for tuner in dict.fromkeys(r.tuner for r in rows):
+    for tuner in tuners:
         mine = [(r.dataset, r.method, r.folder / TUNING_DIR) for r in rows if r.tuner == tuner]
         if (plot := plot_anytime(mine, out_dir / f"anytime_{tuner}.png", tuner)) is not None:
             lines.append(f"Anytime ({tuner}): the lowest validation loss any configuration of the tuning job had "
