@@ -111,40 +111,41 @@ LR_SGD = _log(-3, -0.5)
 # the grid {3e-4, 1e-3, 3e-3, 1e-2} the easy-VQA stand-in chose 3e-3 from (configs/feddat/common.yaml).
 LR_ADAMW = _log(-4, -2)
 
-# Each method's own hyperparameters (role -> key -> dimension) beyond its client lr; the source of each range is
-# on its line. A method not listed is tuned on its client lr alone.
+# Each method's own hyperparameters (key -> dimension) beyond its client lr; the source of each range is on its
+# line. A method not listed is tuned on its client lr alone. `default_space` puts a key the method reads per call
+# (`capabilities.call_params`) under client: and one it reads when it is built under server: (one per member).
 METHOD_DIMS: dict[str, JSONDict] = {
-    "adaptfed": {"server": {
+    "adaptfed": {
         # the hypernetwork's VJP step: FedTP's 0.01 (spec adaptfed.md §2.10) up to the 0.1 / 0.3 of
         # configs/adaptfed/variants.yaml and down to 1e-3 (lr_for(R) then scales it by sqrt(1500 / R))
         "method_args.update.lr": _log(-3, -0.5),
         # the client embedding: 32 in the paper's novel-client experiment (spec §2.10), 8 .. 64 around it
-        "method_args.embedding_dim": {"type": "log2_int", "low": 3, "high": 6}}},
-    "fraug": {"client": {
+        "method_args.embedding_dim": {"type": "log2_int", "low": 3, "high": 6}},
+    "fraug": {
         # lambda_G (L_G_dist_lambda) and lambda_FT (L_FT_dist_lambda): the official grid {0.1, 1, 10} (main.py:91)
         # and the appendix's 1 .. 1.5 (spec fraug.md, Table 2); PACS uses 10 for lambda_G
         "method_args.alpha": _log(-1, 1),
         "method_args.beta": _log(-1, 1),
         # the generator's lr eta_g: the appendix's 0.005 (Digits) .. 0.05 (PACS, OfficeHome), main.py's {0.025, 0.05}
-        "method_args.eta_g": _log(-2.5, -1)}},
-    "feddat": {"client": {
-        # the MKD weights alpha = beta: 1 (official code) or the paper's exp ramp-up (App. B.2); no other value
-        # is given by either (spec feddat.md §2.4)
+        "method_args.eta_g": _log(-2.5, -1)},
+    "feddat": {
+        # the MKD weights alpha = beta: 1 (official code) or the paper's exp ramp-up (App. B.2); neither gives
+        # another value (spec feddat.md §2.4)
         "method_args.ramp": {"type": "choice", "values": ["constant", "exp"]},
         # the KL temperature: the paper's (unstated, read as) 1 and the official code's 3 (tt 506-516), 1 .. 10
-        "method_args.temperature": _log(0, 1)}},
+        "method_args.temperature": _log(0, 1)},
     # lambda and mu: FL4Health's grids {0.01, 0.1, 1.0} (spec ditto_mmd.md, hyperparameter table)
-    "ditto_mmd": {"client": {"method_args.lam": _log(-2, 0), "method_args.mu": _log(-2, 0)}},
-    "ditto": {"client": {"method_args.lam": _log(-2, 0)}},  # the same lambda grid
+    "ditto_mmd": {"method_args.lam": _log(-2, 0), "method_args.mu": _log(-2, 0)},
+    "ditto": {"method_args.lam": _log(-2, 0)},  # the same lambda grid
     # mu: the FedProx paper's grid {0.001, 0.01, 0.1, 1} (Li et al. 2020, Sec. 5.3)
-    "fedprox": {"client": {"method_args.mu": _log(-3, 0)}},
-    "feddyn": {"client": {"method_args.alpha": _log(-3, -1)}},  # the FedDyn paper's search {0.001, 0.01, 0.1}
+    "fedprox": {"method_args.mu": _log(-3, 0)},
+    "feddyn": {"method_args.alpha": _log(-3, -1)},  # the FedDyn paper's search {0.001, 0.01, 0.1}
     # MOON's mu: the paper's 1 (CIFAR-100, Tiny-ImageNet) and 5 (CIFAR-10), searched over {0.1, 1, 5, 10}
-    "moon": {"client": {"method_args.mu": _log(-1, 1)}},
-    "fedproto": {"client": {"method_args.lam": _log(-1, 1)}},  # lambda: fedhet's default 1 (paper silent), 0.1 .. 10
+    "moon": {"method_args.mu": _log(-1, 1)},
+    "fedproto": {"method_args.lam": _log(-1, 1)},  # lambda: fedhet's default 1 (the paper gives none), 0.1 .. 10
     # the noise scale gamma of FRAug's Table 7 baselines (searched there, values not given): 0.01 .. 1 around 0.1
-    "embnoise": {"client": {"method_args.gamma": _log(-2, 0)}},
-    "fed_sfda": {"client": {"method_args.lambda_kd": _log(-1, 1)}},  # lambda_KD: 1 (docs/fed_sfda.md), 0.1 .. 10
+    "embnoise": {"method_args.gamma": _log(-2, 0)},
+    "fed_sfda": {"method_args.lambda_kd": _log(-1, 1)},  # lambda_KD: 1 (docs/fed_sfda.md), 0.1 .. 10
 }
 ADAMW_METHODS = ("feddat", "peft")
 
@@ -161,6 +162,9 @@ def default_space(method: str) -> JSONDict:
     if alg.centralized or alg.one_shot:
         raise ConfigError(f"method '{method}' {'trains on the pooled data' if alg.centralized else 'is one-shot'}"
                           "; a default search space is for methods that train federated over rounds")
-    own = copy.deepcopy(METHOD_DIMS.get(method, {}))
     lr = LR_ADAMW if method in ADAMW_METHODS else LR_SGD
-    return {"server": own.get("server", {}), "client": {"train.lr": dict(lr), **own.get("client", {})}}
+    tree: JSONDict = {"server": {}, "client": {"train.lr": dict(lr)}}
+    for key, dim in METHOD_DIMS.get(method, {}).items():
+        per_call = key.split(".")[1] in alg.capabilities.call_params
+        tree["client" if per_call else "server"][key] = copy.deepcopy(dim)
+    return tree
