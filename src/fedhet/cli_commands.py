@@ -120,9 +120,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from fedhet.config import load_config
     from fedhet.engine.loop import run_dir_for
     from fedhet.launch.sweep import check_plan, plan_sweep, run_sweep
-    from fedhet.launch.tuned_sweep import check_lines, plan_tuned_sweep, run_tuned_sweep
     from fedhet.outpaths import check_output_dir
     from fedhet.report import write_report
+    from fedhet.tune.sweep import check_lines, plan_tuned_sweep, run_tuned_sweep
 
     methods, seeds = csv_list(args.methods, "--methods"), csv_list(args.seeds, "--seeds", int)
     datasets = csv_list(args.datasets, "--datasets")
@@ -130,7 +130,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.quiet:
         cfg.run.quiet = True
     tuned = plan_tuned_sweep(cfg, args.tune, methods, seeds, datasets, Path(args.config).parent) if (
-        args.tune is not None or cfg.sweep.get("tune")) else None  # launch/tuned_sweep.py
+        args.tune is not None or cfg.sweep.get("tune")) else None  # tune/sweep.py
     plan = tuned.defaults if tuned else plan_sweep(cfg, methods, seeds, datasets)
     checked = check_plan(plan)  # every run valid before any is trained
     if args.check:

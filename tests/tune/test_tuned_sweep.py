@@ -14,7 +14,7 @@ import yaml
 import fedhet.tune.run as tune_run
 from fedhet.cli import main
 from fedhet.config import ExperimentConfig, from_dict
-from fedhet.launch.tuned_sweep import plan_tuned_sweep, run_tuned_sweep
+from fedhet.tune.sweep import plan_tuned_sweep, run_tuned_sweep
 from fedhet.yaml_input import JSONDict
 
 SPACE = {"client": {"train.lr": {"type": "log_uniform", "low": -2, "high": -0.5}}}

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SWEEP_KEYS = ("methods", "variants", "seeds", "datasets", "overrides", "tune")  # tune: launch/tuned_sweep.py
+SWEEP_KEYS = ("methods", "variants", "seeds", "datasets", "overrides", "tune")  # tune: tune/sweep.py
 
 
 @dataclass

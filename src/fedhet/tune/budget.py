@@ -1,5 +1,5 @@
-"""The `sweep.tune` block of a tuned sweep (launch/tuned_sweep.py) and its budget in client-rounds: live members x
-active clients, summed over the tuning rounds. `8x` is 8 full runs' worth (8 x rounds x active clients per round);
+"""The `sweep.tune` block of a tuned sweep (tune/sweep.py) and its budget in client-rounds: live members x active
+clients, summed over the tuning rounds. `8x` is 8 full runs' worth (8 x rounds x active clients per round);
 a bare integer is client-rounds. Each tuner is sized to spend at most the budget: random search (rs, fedpop) starts
 budget // (rounds x clients) configurations; SHA the number of configurations and eliminations whose stages spend
 the most of it."""

@@ -29,7 +29,7 @@ from fedhet.engine.loop import run_dir_for
 from fedhet.engine.rundir import RunDirectory
 from fedhet.errors import ConfigError
 from fedhet.launch.sweep import SweepPlan, check_same_config, plan_sweep, run_status, run_sweep
-from fedhet.launch.tune_budget import TuneBlock, client_rounds, clients_per_round, tune_block, tuner_size
+from fedhet.tune.budget import TuneBlock, client_rounds, clients_per_round, tune_block, tuner_size
 from fedhet.yaml_input import JSONDict
 
 log = logging.getLogger(__name__)
