@@ -179,6 +179,16 @@ def test_too_few_clients_for_krum_or_a_majority() -> None:
 def test_a_run_refuses_krum_before_training(tmp_path) -> None:  # noqa: ANN001 - pytest's tmp_path
     cfg = load_config(None, ["method=fedavg", "rounds=1", "server.aggregation=krum", "server.byzantine=1",
                              "data.max_train_per_client=8", "data.max_test_per_client=8", "run.quiet=true"])
-    with pytest.raises(ConfigError, match="n=4 with f=1"):  # offline_digits: 4 clients
+    with pytest.raises(ConfigError, match="n=4 with f=1") as refused:  # offline_digits: 4 clients
         run_experiment(cfg, tmp_path / "krum")
-    assert not list((tmp_path / "krum").glob("checkpoints/*"))
+    assert any(entry.name == "sample_round" for entry in refused.traceback)  # before any client trains
+
+
+def test_fedbn_runs_with_the_geometric_median(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    calls: list[int] = []
+    rfa = robust.RULES["geometric_median"]
+    monkeypatch.setitem(robust.RULES, "geometric_median", lambda *args: calls.append(1) or rfa(*args))
+    cfg = load_config(None, ["method=fedbn", "rounds=2", "server.aggregation=geometric_median", "run.quiet=true",
+                             "data.max_train_per_client=32", "data.max_test_per_client=16"])
+    result = run_experiment(cfg, tmp_path / "rfa")
+    assert len(calls) == 2 and 0.0 <= result.final["avg"]["accuracy"] <= 1.0  # the rule aggregated both rounds
