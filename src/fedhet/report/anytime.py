@@ -12,6 +12,7 @@ from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from fedhet.atomic import atomic_write
 from fedhet.errors import FedhetError
@@ -81,6 +82,7 @@ def plot_anytime(jobs: Sequence[tuple[str, str, Path]], path: Path, tuner: str) 
         ax.legend(fontsize="small")
         ax.set_title(f"{dataset}: tuner {tuner}")
         ax.set_xlabel("client-rounds spent")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("best validation loss so far")
         ax.grid(alpha=0.3)
     return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
