@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from fedhet.config import ExperimentConfig
 from fedhet.errors import ConfigError, nearest, unknown_choice
+from fedhet.tune.presets import TUNERS
 from fedhet.yaml_input import JSONDict
 
 BLOCK_KEYS = ("budget", "tuners", "seed", "seeds", "space")
-TUNERS = ("rs", "sha", "fedpop")  # fedhet.tune.presets.tuner_settings' names
 DEFAULT_TUNE_SEED = 1000
 DEFAULT_SEEDS = (0, 1, 2)
 EXAMPLE = "{budget: 8x, tuners: [rs], seed: 1000, seeds: [0, 1, 2]}"

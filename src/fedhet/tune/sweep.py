@@ -29,7 +29,11 @@ from fedhet.engine.loop import run_dir_for
 from fedhet.engine.rundir import RunDirectory
 from fedhet.errors import ConfigError
 from fedhet.launch.sweep import SweepPlan, check_same_config, plan_sweep, run_status, run_sweep
+from fedhet.tune.apply import check_space
 from fedhet.tune.budget import TuneBlock, client_rounds, clients_per_round, tune_block, tuner_size
+from fedhet.tune.checkpoint import FILENAME
+from fedhet.tune.config import resolve_space, tune_config
+from fedhet.tune.presets import default_space, tuner_settings
 from fedhet.yaml_input import JSONDict
 
 log = logging.getLogger(__name__)
@@ -59,7 +63,6 @@ class TunedJob:
     def status(self) -> str:
         """finished (summary.json; a ConfigError if made with another config), resume (a population checkpoint)
         or new."""
-        from fedhet.tune.checkpoint import FILENAME
 
         rundir = RunDirectory(self.tuning_dir)
         if rundir.is_finished():
@@ -113,9 +116,6 @@ def plan_tuned_sweep(cfg: ExperimentConfig, budget: str | None = None, methods: 
 def _job(base: ExperimentConfig, tuner: str, block: TuneBlock, config_dir: Path | None) -> TunedJob:
     """The tuning job of one label and tuner: the tuner's settings, sized to the budget, on the validation split
     (data.val_fraction 0.2 unless the config holds one out) with the tuning seed; its space checked."""
-    from fedhet.tune.apply import check_space
-    from fedhet.tune.config import resolve_space, tune_config
-
     per_round = clients_per_round(base)
     budget = client_rounds(block.budget, base.rounds * per_round)
     label = f"{base.variant}+tuned-{tuner}"
@@ -123,11 +123,11 @@ def _job(base: ExperimentConfig, tuner: str, block: TuneBlock, config_dir: Path 
         raise ConfigError(f"tune budget of {budget} client-rounds is below one run of '{base.variant}' (rounds="
                           f"{base.rounds} x {per_round} active clients = {base.rounds * per_round}); give at least "
                           "--tune 1x. Nothing was run.")
-    space = block.space if block.space is not None else _default_space(base.method)
+    space = block.space if block.space is not None else default_space(base.method)
     if isinstance(space, str) and space.endswith((".yaml", ".yml")) and config_dir is not None:
         space = str(Path(space) if Path(space).is_absolute() else config_dir / space)
     tree = base.to_dict()
-    settings = _tuner_settings(tuner)
+    settings = tuner_settings(tuner)
     tree.update(seed=block.seed, label=label, sweep={},
                 tune={**settings, **tuner_size(settings, base.rounds, budget // per_round), "space": space})
     tree["data"]["val_fraction"] = tree["data"]["val_fraction"] or 0.2
@@ -140,23 +140,6 @@ def _job(base: ExperimentConfig, tuner: str, block: TuneBlock, config_dir: Path 
     except ConfigError as err:
         raise ConfigError(f"tuned sweep, {label} ({base.data.dataset}): {err}") from err
     return TunedJob(base, cfg, tuner, budget, block.seeds)
-
-
-def _tuner_settings(name: str) -> JSONDict:
-    from fedhet.tune import presets
-
-    return dict(presets.tuner_settings(name)) if hasattr(presets, "tuner_settings") else {
-        "wrapper": "sha" if name == "sha" else "rs", "clients": "ball" if name == "fedpop" else "fixed",
-        "fedpop_l": name == "fedpop", "fedpop_g": name == "fedpop"}
-
-
-def _default_space(method: str) -> JSONDict:
-    from fedhet.tune import presets
-
-    if hasattr(presets, "default_space"):
-        return dict(presets.default_space(method))
-    return {"server": {"server.lr": {"type": "log_uniform", "low": -1, "high": 1}},
-            "client": {"train.lr": {"type": "log_uniform", "low": -4, "high": 0}}}
 
 
 def run_tuned_sweep(plan: TunedPlan, progress: bool = True) -> list[Path]:
@@ -188,8 +171,6 @@ def tune(job: TunedJob, progress: bool = True) -> bool:
 
 def tuned_record(job: TunedJob) -> JSONDict:
     """tuned.json: what was tuned, with what budget and spend, and what was chosen (contract of issue 40)."""
-    from fedhet.tune.config import resolve_space, tune_config
-
     summary = json.loads(RunDirectory(job.tuning_dir).summary_path.read_text())
     chosen = summary["tune"]
     spent, tried, diverged = 0, set(), set()
