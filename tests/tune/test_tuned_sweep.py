@@ -69,6 +69,25 @@ def test_the_budget_is_client_rounds_for_every_tuner(tmp_path: Path, budget: str
         assert tune["eliminations"] == 1 and tune["wrapper"] == "sha"
 
 
+def test_the_tuning_jobs_keep_a_lane_runtime_and_run_in_process_otherwise(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    cfg.run.runtime = "batched"
+    assert {j.tuning.run.runtime for j in plan_tuned_sweep(cfg).jobs} == {"batched"}  # population lanes
+    cfg.run.runtime = "flower"
+    assert {j.tuning.run.runtime for j in plan_tuned_sweep(cfg).jobs} == {"inprocess"}
+
+
+def test_check_lists_the_tuning_jobs_and_their_re_runs_and_runs_nothing(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({**TINY, "run": {"out_dir": str(tmp_path / "runs")}}))
+    assert main(["sweep", str(config), "--check"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    tuning = [line for line in lines if "tuning seed 7" in line]
+    assert len(tuning) == 2 and all(line.startswith("new") and "8 client-rounds" in line for line in tuning)
+    assert sum(line.startswith("waiting") and "+tuned-rs" in line for line in lines) == 4  # 2 labels x 2 seeds
+    assert not (tmp_path / "runs").exists()
+
+
 class Killed(Exception):
     """A stop in the middle of a tuning job (a crash or a kill)."""
 
