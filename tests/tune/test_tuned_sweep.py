@@ -69,9 +69,11 @@ def test_the_budget_is_client_rounds_for_every_tuner(tmp_path: Path, budget: str
         assert tune["eliminations"] == 1 and tune["wrapper"] == "sha"
 
 
-def test_the_tuning_jobs_keep_a_lane_runtime_and_run_in_process_otherwise(tmp_path: Path) -> None:
+def test_the_tuning_jobs_keep_the_configs_tune_settings_and_a_lane_runtime(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
-    cfg.run.runtime = "batched"
+    cfg.run.runtime, cfg.tune = "batched", {"sampling": "per_member", "clients": "ball", "configs": 50}
+    tune = plan_tuned_sweep(cfg).jobs[0].tuning.tune
+    assert (tune["sampling"], tune["clients"], tune["configs"]) == ("per_member", "fixed", 2)  # the tuner's win
     assert {j.tuning.run.runtime for j in plan_tuned_sweep(cfg).jobs} == {"batched"}  # population lanes
     cfg.run.runtime = "flower"
     assert {j.tuning.run.runtime for j in plan_tuned_sweep(cfg).jobs} == {"inprocess"}

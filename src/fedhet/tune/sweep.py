@@ -114,8 +114,9 @@ def plan_tuned_sweep(cfg: ExperimentConfig, budget: str | None = None, methods: 
 
 
 def _job(base: ExperimentConfig, tuner: str, block: TuneBlock, config_dir: Path | None) -> TunedJob:
-    """The tuning job of one label and tuner: the tuner's settings, sized to the budget, on the validation split
-    (data.val_fraction 0.2 unless the config holds one out) with the tuning seed; its space checked."""
+    """The tuning job of one label and tuner: the config's own `tune` settings under the tuner's, sized to the
+    budget, on the validation split (data.val_fraction 0.2 unless the config holds one out) with the tuning seed;
+    its space checked."""
     per_round = clients_per_round(base)
     budget = client_rounds(block.budget, base.rounds * per_round)
     label = f"{base.variant}+tuned-{tuner}"
@@ -127,9 +128,9 @@ def _job(base: ExperimentConfig, tuner: str, block: TuneBlock, config_dir: Path 
     if isinstance(space, str) and space.endswith((".yaml", ".yml")) and config_dir is not None:
         space = str(Path(space) if Path(space).is_absolute() else config_dir / space)
     tree = base.to_dict()
-    settings = tuner_settings(tuner)
-    tree.update(seed=block.seed, label=label, sweep={},
-                tune={**settings, **tuner_size(settings, base.rounds, budget // per_round), "space": space})
+    settings = {**base.tune, **tuner_settings(tuner)}
+    settings.update(tuner_size(settings, base.rounds, budget // per_round), space=space)
+    tree.update(seed=block.seed, label=label, sweep={}, tune=settings)
     tree["data"]["val_fraction"] = tree["data"]["val_fraction"] or 0.2
     if tree["run"]["runtime"] not in ("inprocess", "batched"):
         tree["run"]["runtime"] = "inprocess"
