@@ -67,6 +67,8 @@ SWEEP_MEANINGS = {
     "seeds": "seeds to run; default: `[seed]`",
     "datasets": "datasets to run; default: `[data.dataset]`",
     "overrides": "method or variant -> settings applied to its runs only",
+    "tune": "a tuned sweep: {budget, tuners, seed, seeds, space}; each method tuned at the same budget in "
+            "client-rounds, then re-run on fresh seeds (docs/tune.md, Tuned sweeps)",
 }
 SECTIONS = (("data", C.DataConfig), ("model", C.ModelConfig), ("train", C.TrainConfig),
             ("server", C.ServerConfig), ("eval", C.EvalConfig), ("run", C.RunConfig), ("novel", C.NovelConfig))
