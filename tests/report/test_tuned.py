@@ -13,7 +13,8 @@ import yaml
 from fedhet.errors import FedhetError
 from fedhet.report import load_runs, write_report
 from fedhet.report.anytime import anytime_curve
-from fedhet.report.tuned import read_ordering, row_line, tuned_rows
+from fedhet.report.table import Cell
+from fedhet.report.tuned import TunedRow, read_ordering, row_line, tuned_readings, tuned_rows
 
 STAND_IN = "small_cnn instead of the paper's ResNet"
 
@@ -136,6 +137,21 @@ def test_ties_share_a_place_in_the_ordering_sentence() -> None:
         "fedprox > fedavg > fedbn).")
     assert read_ordering("digits", "rs", default, {"fedavg": 0.8, "fedprox": 0.8, "fedbn": 0.6}).startswith(
         "Tuned with rs on digits, no ordering changes: fedavg = fedprox > fedbn")
+
+
+def test_a_changed_order_within_the_seeds_noise_is_called_not_decisive(tmp_path: Path) -> None:
+    def row(method: str, default: float, tuned: Cell) -> TunedRow:
+        return TunedRow("digits", method, "rs", Cell(default, 0.01, 3), tuned, {}, tmp_path)
+
+    close = [row("fedavg", 0.70, Cell(0.66, 0.02, 3)), row("fedbn", 0.65, Cell(0.67, 0.02, 3)),
+             row("fraug", 0.60, Cell(0.50, 0.02, 3))]
+    assert tuned_readings(close) == [
+        "Tuned with rs on digits, fedbn and fedavg swap (default: fedavg > fedbn > fraug; tuned: fedbn > fedavg > "
+        "fraug). Within one standard deviation over seeds, so not decisive: fedbn over fedavg."]
+    clear = [close[0], row("fedbn", 0.65, Cell(0.70, 0.02, 3)), close[2]]
+    assert tuned_readings(clear)[0].endswith("fraug).")
+    one_seed = [close[0], row("fedbn", 0.65, Cell(0.70, math.nan, 1)), close[2]]
+    assert tuned_readings(one_seed)[0].endswith("One seed: the changed order is not tested against noise.")
 
 
 def test_a_corrupt_tuned_json_is_one_clear_error(sweep: Path) -> None:

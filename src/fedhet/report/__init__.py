@@ -4,6 +4,7 @@ from fedhet.report.plot import curve_stats, plot_curves
 from fedhet.report.report import ReportPaths, write_report
 from fedhet.report.runs import MetricRow, RunRecord, find_run_dirs, is_run_dir, load_run, load_runs
 from fedhet.report.table import Cell, DatasetTable, Table, make_table, mean_std, to_csv, to_markdown
+from fedhet.report.tuned import TunedRow, tuned_rows, tuned_section
 
 __all__ = [
     "Cell",
@@ -12,6 +13,7 @@ __all__ = [
     "ReportPaths",
     "RunRecord",
     "Table",
+    "TunedRow",
     "curve_stats",
     "find_run_dirs",
     "is_run_dir",
@@ -22,5 +24,7 @@ __all__ = [
     "plot_curves",
     "to_csv",
     "to_markdown",
+    "tuned_rows",
+    "tuned_section",
     "write_report",
 ]

@@ -148,18 +148,28 @@ def read_ordering(dataset: str, tuner: str, default: dict[str, float], tuned: di
     return f"Tuned with {tuner} on {dataset}, {'; '.join(parts)} (default: {old}; tuned: {new})."
 
 
+def noise_note(default: dict[str, float], tuned: dict[str, Cell]) -> str:
+    """The pairs whose order tuning flipped while their tuned means lie within one standard deviation over seeds
+    (not decisive); '' when there is none."""
+    flipped = [(a, b) for a in tuned for b in tuned if default[a] < default[b] and tuned[a].mean > tuned[b].mean]
+    if any(tuned[a].n < 2 or tuned[b].n < 2 for a, b in flipped):
+        return " One seed: the changed order is not tested against noise."
+    close = [f"{a} over {b}" for a, b in flipped
+             if tuned[a].mean - tuned[b].mean <= max(tuned[a].std, tuned[b].std)]
+    return f" Within one standard deviation over seeds, so not decisive: {', '.join(close)}." if close else ""
+
+
 def tuned_readings(rows: Sequence[TunedRow]) -> list[str]:
-    """One ordering sentence per (dataset, tuner), by client-average means."""
+    """One ordering sentence per (dataset, tuner), by client-average means, with its noise note."""
     groups: dict[tuple[str, str], list[TunedRow]] = {}
     for row in rows:
         groups.setdefault((row.dataset, row.tuner), []).append(row)
     texts = []
     for (dataset, tuner), group in groups.items():
-        have = [r for r in group if r.default is not None and r.tuned is not None]
-        default = {r.method: r.default.mean for r in have if r.default is not None}
-        tuned = {r.method: r.tuned.mean for r in have if r.tuned is not None}
-        if text := read_ordering(dataset, tuner, default, tuned):
-            texts.append(text)
+        default = {r.method: r.default.mean for r in group if r.default is not None and r.tuned is not None}
+        tuned = {r.method: r.tuned for r in group if r.default is not None and r.tuned is not None}
+        if text := read_ordering(dataset, tuner, default, {m: c.mean for m, c in tuned.items()}):
+            texts.append(text + noise_note(default, tuned))
     return texts
 
 
