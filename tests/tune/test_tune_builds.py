@@ -12,7 +12,9 @@ import torch
 from fedhet.config import load_config
 from fedhet.engine.checkpoint import load_checkpoint
 from fedhet.engine.experiment import build_experiment
+from fedhet.errors import ConfigError
 from fedhet.launch.run import run_experiment
+from fedhet.runtimes.batched.rule import lane_group
 from fedhet.tune.checkpoint import FILENAME, load_population
 from fedhet.tune.config import resolve_space, tune_config
 from fedhet.tune.population import Population
@@ -80,3 +82,23 @@ def test_a_per_call_key_changes_training(key: str, low: float, high: float) -> N
     assert pop.copies.build({key: 0}) is pop.copies.build({key: 1}) is pop.exp.algorithm
     assert pop.copies.of({}, second.beta0).params.__dict__[key.split(".")[1]] == high
     assert first.history != second.history
+
+
+def test_lanes_group_only_members_with_the_same_build() -> None:
+    """The batched runtime lanes copies with equal `lane_group` keys: one build per distinct build-time values."""
+    cfg = load_config(None, [*BASE, BUILT])
+    tune = tune_config(cfg)
+    pop = Population(build_experiment(cfg), tune, resolve_space(tune))
+    same = [pop.copies.of({"model.args.hidden": 0, "method_args.projection_dim": 1}, {"train.lr": lr})
+            for lr in (-2.0, -1.0)]
+    other = pop.copies.of({"model.args.hidden": 1, "method_args.projection_dim": 1}, {"train.lr": -2.0})
+    assert lane_group(same[0]) == lane_group(same[1]) != lane_group(other)
+    assert sum(p.numel() for p in other.parts.new().parameters()) > sum(
+        p.numel() for p in same[0].parts.new().parameters())
+
+
+def test_a_model_value_that_does_not_build_is_one_clear_error_before_training() -> None:
+    cfg = load_config(None, [*BASE, "tune.space={server: {model.args.dropout: {type: uniform, low: 0.0, high: 1.5}}}"])
+    tune = tune_config(cfg)
+    with pytest.raises(ConfigError, match="'model.args.dropout': the value 1.5 it can take does not build.*narrow"):
+        Population(build_experiment(cfg), tune, resolve_space(tune))

@@ -19,6 +19,7 @@ import statistics
 
 import numpy as np
 
+from fedhet.algorithms.base import AnyAlgorithm
 from fedhet.core.contract import ClientState, ServerState
 from fedhet.core.messages import Reply
 from fedhet.core.seeding import FINETUNE, numpy_rng, seeded
@@ -66,14 +67,9 @@ class Population:
             rng = self.rng("init", 0)
             vectors = [(self.space.server.sample(rng), self.space.client.sample(rng))
                        for _ in range(self.tune.num_configs)]
-        self.members = [Member(slot=i, alpha=dict(alpha), beta0=dict(beta0), server=self.init_server(alpha, beta0))
+        self.members = [Member(slot=i, alpha=dict(alpha), beta0=dict(beta0),
+                               server=initial_server(self.copies.of(alpha, beta0), self.exp.config.seed))
                         for i, (alpha, beta0) in enumerate(vectors)]
-
-    def init_server(self, alpha: HPVector, beta0: HPVector) -> ServerState:
-        """A member's initial server state, of its own build, drawn as `Experiment.init_server` draws it."""
-        with seeded(self.exp.config.seed, "server-init"):
-            server: ServerState = self.copies.of(alpha, beta0).init_server()
-        return server
 
     def local_vectors(self, member: Member, rnd: int, k: int) -> list[HPVector]:
         """beta^1..beta^K for the round's K active clients: beta^0 itself (`clients: fixed`), FedEx's draws from
@@ -250,6 +246,13 @@ class Population:
                 metrics = evaluate_client(center, job.msg, job.state, self.exp.context(job.cid, rnd), job.data.test)
             results[job.data.name] = {"accuracy": metrics["accuracy"], "loss": metrics["loss"], "diverged": 1.0}
         return results
+
+
+def initial_server(center: AnyAlgorithm, seed: int) -> ServerState:
+    """A member's initial server state from its own method copy, drawn as `Experiment.init_server` draws it."""
+    with seeded(seed, "server-init"):
+        server: ServerState = center.init_server()
+    return server
 
 
 def member_scores(tune: TuneConfig, t_g: int, members: list[Member]) -> list[float]:
