@@ -44,6 +44,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("data key", {"server": {"data.alpha": UNIFORM}}, "'data.alpha' is not a tunable key: the data is loaded once"),
     ("rounds", {"server": {"rounds": {"type": "int", "low": 2, "high": 4}}}, "'rounds' is not a tunable key: it is "
      "each configuration's budget"),
+    ("run key", {"server": {"run.device": {"type": "choice", "values": ["cpu"]}}}, "not how a member trains"),
     ("model name", {"server": {"model.name": {"type": "choice", "values": ["mlp"]}}}, "only model.args.\\* can "
      "differ per member"),
     ("unknown model arg", {"server": {"model.args.widht": {"type": "int", "low": 4, "high": 8}}},

@@ -28,6 +28,8 @@ _WHY_NOT = {  # the keys no member can have its own value of, and why
     "seed": "the members share the run's random streams (a fair comparison needs the same draws)",
     "model": "the model's name, weights file and pretraining are shared; only model.args.* can differ per member",
     "method": "a tuning job tunes one method (tune each method on its own)",
+    **dict.fromkeys(("run", "eval", "novel", "tune", "sweep", "name", "label", "imports", "stand_in"),
+                    "it says how the job runs, is evaluated or is named, not how a member trains"),
 }
 
 
@@ -43,6 +45,10 @@ def tunable_keys(cfg: ExperimentConfig) -> dict[str, Any]:  # Any: typing annota
     for section, cls in sections:
         hints = get_type_hints(cls)
         keys.update({f"{section}.{f.name}": hints[f.name] for f in dataclasses.fields(cls)})
+        for f in dataclasses.fields(cls):  # a dataclass-valued argument's fields, e.g. AdaptFED's update.lr
+            if isinstance(hints[f.name], type) and dataclasses.is_dataclass(hints[f.name]):
+                inner = get_type_hints(hints[f.name])
+                keys.update({f"{section}.{f.name}.{g.name}": inner[g.name] for g in dataclasses.fields(hints[f.name])})
     factory_hints = get_type_hints(MODELS.get(cfg.model.name))
     keys.update({f"model.args.{name}": factory_hints.get(name, Any) for name in model_args(cfg.model.name)})
     return keys
