@@ -102,3 +102,11 @@ def test_a_model_value_that_does_not_build_is_one_clear_error_before_training() 
     tune = tune_config(cfg)
     with pytest.raises(ConfigError, match="'model.args.dropout': the value 1.5 it can take does not build.*narrow"):
         Population(build_experiment(cfg), tune, resolve_space(tune))
+
+
+def test_the_summary_says_whether_the_chosen_build_is_personalized(tmp_path: Path) -> None:
+    """EmbNoise without local_bn (build-time) is FedAvg plus noise: not personalized, unlike its default."""
+    space = "tune.space={server: {method_args.local_bn: {type: choice, values: [false]}}}"
+    cfg = load_config(None, [*BASE, "method=embnoise", "model.args={hidden: [8], norm: bn}", "tune.configs=2",
+                             "rounds=1", space])
+    assert run_tuning(cfg, tmp_path, progress=False).summary["personalized"] is False  # the base (True) is not

@@ -238,7 +238,8 @@ class TuningJob(RoundDriver[TuneResult]):
         summary = {"name": cfg.name, "method": cfg.method, "label": cfg.variant, "dataset": cfg.data.dataset,
                    "seed": cfg.seed, "rounds": cfg.rounds, "rounds_completed": self.round, "halted": self.halted,
                    "selection": split, "diverged": self.diverged(),
-                   "personalized": pop.base.personalized, "final": final, "wall_time_s": self.elapsed,
+                   "personalized": pop.copies.build(chosen.alpha).personalized,  # its own build (EmbNoise: local_bn)
+                   "final": final, "wall_time_s": self.elapsed,
                    "round_time_s": self.elapsed / max(self.round, 1), "device": str(pop.exp.device),
                    "tune": {"wrapper": self.tune.wrapper, "tuner": tuner_name(self.tune), "configs": len(pop.members),
                             "selected": chosen.slot, "select": self.tune.select, "values": chosen.values(pop.space),
