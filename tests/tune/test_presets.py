@@ -35,11 +35,7 @@ def test_the_tuners_are_the_contracts_settings() -> None:
         tuner_settings("fedpo")
 
 
-NESTED = pytest.mark.xfail(strict=True, reason="method_args.update.lr, a field of a dataclass-valued argument, is "
-                           "not yet a tunable key (tune/keys.py tunable_keys lists top-level fields only)")
-
-
-@pytest.mark.parametrize("method", [pytest.param(m, marks=NESTED) if m == "adaptfed" else m for m in FEDERATED])
+@pytest.mark.parametrize("method", FEDERATED)
 def test_each_default_space_is_valid_for_its_method(method: str) -> None:
     """Keys, roles, types and both ends of every range pass the method's own validation (`check_space`)."""
     cfg = load_config(None, [*TINY, f"method={method}"])
@@ -79,8 +75,8 @@ def test_the_issues_methods_tune_their_own_hyperparameters() -> None:
 def test_a_key_the_method_reads_per_call_is_a_client_key_else_a_server_key() -> None:
     for method in FEDERATED:
         tree, per_call = default_space(method), ALGORITHMS.get(method).capabilities.call_params
-        assert all(key.split(".")[1] in per_call for key in tree["client"] if key.startswith("method_args."))
-        assert all(key.split(".")[1] not in per_call for key in tree["server"])
+        assert all(key.partition(".")[2] in per_call for key in tree["client"] if key.startswith("method_args."))
+        assert all(key.partition(".")[2] not in per_call for key in tree["server"])
     assert "mu" in ALGORITHMS.get("fedprox").capabilities.call_params
     assert "method_args.mu" in default_space("fedprox")["client"]
 
@@ -103,3 +99,21 @@ def test_docs_list_every_default_space() -> None:
     for method, row in rows.items():
         keys = set(re.findall(r"`((?:train|server|method_args)\.[\w.]+)`", row)) - {"train.lr"}
         assert keys == set(parse_space(default_space(method)).joint.dims) - {"train.lr"}, method
+
+
+def test_a_field_of_a_dataclass_argument_is_tuned_per_member(tmp_path: Path) -> None:
+    """AdaptFED's hypernetwork lr `method_args.update.lr` (a field of its `update` dataclass) is a build-time key:
+    refused per client, and each member's method is built with its own value."""
+    from fedhet.engine.experiment import build_experiment
+    from fedhet.tune.member import MethodCopies
+
+    cfg = load_config(None, [*TINY, "method=adaptfed", "model.name=focalnet", "data.fraction=0.3",
+                             "model.args={embed_dim: 8, depths: [2], patch_size: 4}"])
+    lr = {"type": "log_uniform", "low": -3, "high": -1}
+    with pytest.raises(ConfigError, match="'method_args.update.lr' is read when the method is built"):
+        check_space(parse_space({"client": {"method_args.update.lr": lr}}), cfg)
+    space = parse_space({"server": {"method_args.update.lr": lr}})
+    check_space(space, cfg)
+    copies = MethodCopies(build_experiment(cfg), space)
+    assert [copies.of({"method_args.update.lr": x}, {}).params.update.lr for x in (-3.0, -1.0)] == pytest.approx(
+        [1e-3, 1e-1])

@@ -165,6 +165,6 @@ def default_space(method: str) -> JSONDict:
     lr = LR_ADAMW if method in ADAMW_METHODS else LR_SGD
     tree: JSONDict = {"server": {}, "client": {"train.lr": dict(lr)}}
     for key, dim in METHOD_DIMS.get(method, {}).items():
-        per_call = key.split(".")[1] in alg.capabilities.call_params
+        per_call = key.partition(".")[2] in alg.capabilities.call_params  # as tune/keys.py build_time
         tree["client" if per_call else "server"][key] = copy.deepcopy(dim)
     return tree
