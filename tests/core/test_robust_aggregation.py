@@ -4,6 +4,9 @@ bad inputs it refuses."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -192,3 +195,17 @@ def test_fedbn_runs_with_the_geometric_median(tmp_path, monkeypatch: pytest.Monk
                              "data.max_train_per_client=32", "data.max_test_per_client=16"])
     result = run_experiment(cfg, tmp_path / "rfa")
     assert len(calls) == 2 and 0.0 <= result.final["avg"]["accuracy"] <= 1.0  # the rule aggregated both rounds
+
+
+def test_the_page_lists_each_method_where_it_belongs() -> None:
+    from fedhet.algorithms import ALGORITHMS
+    from fedhet.algorithms.base import Algorithm
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "robust.md").read_text()
+    take, refuse = page.split("## Which methods")[1].split("## Checks")[0].split("\n\n")[1:3]
+    listed = {name: re.findall(r"`([a-z_0-9]+)`", text) for name, text in (("take", take), ("refuse", refuse))}
+    builtin = {m: ALGORITHMS.get(m) for m in ALGORITHMS.names()
+               if ALGORITHMS.get(m).__module__.startswith("fedhet.algorithms.")}  # not the tests' plug-ins
+    shared = {m for m, cls in builtin.items() if cls.aggregate is Algorithm.aggregate or cls.shared_aggregation}
+    assert set(listed["take"]) - {"weighted", "uniform"} == shared
+    assert set(listed["refuse"]) - {"weighted", "uniform", "aggregate"} == set(builtin) - shared
