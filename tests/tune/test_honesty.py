@@ -95,7 +95,7 @@ def test_the_pick_is_the_best_validation_accuracy_and_test_only_when_asked(
 
 
 def test_diverged_members_are_counted_and_never_picked_by_random_search(tmp_path: Path) -> None:
-    result = tuned(tmp_path, "seed=2", *DIVERGING, *RS)
+    result = tuned(tmp_path, "seed=2", "rounds=2", *DIVERGING, *RS)
     rows = log_rows(tmp_path)
     first = {r["slot"]: r for r in rows if r["round"] == 1}
     assert [first[s]["train.lr"] for s in range(4)] == [0.05, 1e6, 0.05, 1e6]
@@ -105,11 +105,11 @@ def test_diverged_members_are_counted_and_never_picked_by_random_search(tmp_path
                                                                                                                 "2"}
     # the budget spent so far: per round, the clients each member trained (4 configurations x 2 in round 1)
     spent, trained = [], 0
-    for rnd in (1, 2, 3, 4):
+    for rnd in (1, 2):
         trained += sum(len(r["local"]) for r in rows if r["round"] == rnd)
         spent.append(trained)
         assert {r["client_rounds"] for r in rows if r["round"] == rnd} == {trained}
-    assert spent[0] == 8 and result.summary["tune"]["client_rounds"] == spent[-1] < 4 * 4 * 2
+    assert spent[0] == 8 and result.summary["tune"]["client_rounds"] == spent[-1]
 
 
 def test_with_fedpop_g_a_member_scored_inf_is_never_picked(tmp_path: Path) -> None:
