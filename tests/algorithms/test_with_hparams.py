@@ -54,10 +54,11 @@ def test_a_copy_with_other_hparams_equals_an_algorithm_built_with_them() -> None
 
 def test_method_args_read_at_build_cannot_differ_per_call() -> None:
     exp = build_experiment(load_config(None, [*BASE, "method=moon"]))
-    with pytest.raises(ConfigError, match=r"reads method_args \['temperature'\] when it is built"):
-        with_hparams(exp.algorithm, params=dataclasses.replace(exp.algorithm.params, temperature=0.1))
-    space = parse_space({"client": {"method_args.temperature": {"type": "uniform", "low": 0.1, "high": 1}}})
-    with pytest.raises(ConfigError, match="reads method_args.temperature when it is built"):
+    with pytest.raises(ConfigError, match=r"reads method_args \['projection_dim'\] when it is built"):
+        with_hparams(exp.algorithm, params=dataclasses.replace(exp.algorithm.params, projection_dim=4))
+    space = parse_space({"client": {"method_args.projection_dim": {"type": "int", "low": 4, "high": 8}}})
+    with pytest.raises(ConfigError, match="projection_dim' is read when the method is built, so it is one value per "
+                       "member"):  # fedhet tune builds it per member (tests/tune/test_tune_builds.py)
         check_space(space, exp.config)
 
 

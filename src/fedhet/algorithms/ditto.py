@@ -183,7 +183,7 @@ class Ditto(DittoFamily[DittoState, DittoWork, DittoParams]):
 
     name = "ditto"
     Params = DittoParams
-    # read in the personal pass's loss / config only
-    capabilities = Capabilities(call_params=frozenset({"lam", "personal_epochs"}))
+    # read in the personal pass's loss / config and in `passes` only
+    capabilities = Capabilities(call_params=frozenset({"lam", "personal_epochs", "schedule"}))
     client_state_type = DittoState
     work_type = DittoWork

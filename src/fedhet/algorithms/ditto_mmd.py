@@ -80,8 +80,9 @@ class DittoMMD(DittoFamily[DittoMMDState, DittoMMDWork, DittoMMDParams]):
 
     name = "ditto_mmd"
     Params = DittoMMDParams
-    # read in the personal loss / config only
-    capabilities = Capabilities(call_params=frozenset({"lam", "mu", "personal_epochs"}))
+    # read in the personal loss / config and in `passes` only (not kernel_lr: a client's saved kernel optimizer
+    # keeps the lr it was made with)
+    capabilities = Capabilities(call_params=frozenset({"lam", "mu", "personal_epochs", "schedule", "kernel_steps"}))
     client_state_type = DittoMMDState
     work_type = DittoMMDWork
 

@@ -108,8 +108,9 @@ class FedDAT(PeftFamily[DATWork, FedDATParams]):
 
     name = "feddat"
     Params = FedDATParams
-    # read in the KD loss only
-    capabilities = Capabilities(call_params=frozenset({"temperature"}), modality="vision-language")
+    # the KD terms and their weight's ramp-up: read in `start` and the losses only
+    capabilities = Capabilities(call_params=frozenset({"temperature", "scale_t2", "kl_direction", "reverse_kl", "ramp",
+                                                       "ramp_scope"}), modality="vision-language")
     counting_kind = "dat"
     work_type = DATWork
 
