@@ -14,6 +14,7 @@ import yaml
 import fedhet.tune.run as tune_run
 from fedhet.cli import main
 from fedhet.config import ExperimentConfig, from_dict
+from fedhet.errors import ConfigError
 from fedhet.tune.sweep import plan_tuned_sweep, run_tuned_sweep
 from fedhet.yaml_input import JSONDict
 
@@ -58,6 +59,11 @@ def test_a_tuned_sweep_writes_the_layout_and_tuned_json(tmp_path: Path) -> None:
             assert config["label"] == f"{label}+tuned-rs" and config["seed"] == seed == summary["seed"]
             assert config["train"]["lr"] == pytest.approx(record["chosen"]["train.lr"])
             assert config["data"]["val_fraction"] == 0.0 and summary["final"]  # the config's own data: test metrics
+    best = root / "fedavg+tuned-rs" / "tuning" / "tune" / "best_config.yaml"
+    chosen = _read(root / "fedavg+tuned-rs" / "tuned.json")["chosen"]["train.lr"]
+    best.write_text(best.read_text().replace(f"lr: {chosen}", "lr: 0.5"))  # not the choice the re-runs were made with
+    with pytest.raises(ConfigError, match=r"seed0 holds a finished run made with another config \(train.lr"):
+        run_tuned_sweep(plan_tuned_sweep(_cfg(tmp_path)), progress=False)
 
 
 @pytest.mark.parametrize("budget, tuner, configs", [("12", "rs", 3), ("3x", "rs", 3), ("3x", "sha", 5)])

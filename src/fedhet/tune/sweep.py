@@ -28,7 +28,7 @@ from fedhet.config import ExperimentConfig, from_dict
 from fedhet.engine.loop import run_dir_for
 from fedhet.engine.rundir import RunDirectory
 from fedhet.errors import ConfigError
-from fedhet.launch.sweep import SweepPlan, check_same_config, plan_sweep, run_status, run_sweep
+from fedhet.launch.sweep import SweepPlan, check_plan, check_same_config, plan_sweep, run_status, run_sweep
 from fedhet.tune.apply import check_space
 from fedhet.tune.budget import TuneBlock, client_rounds, clients_per_round, tune_block, tuner_size
 from fedhet.tune.checkpoint import FILENAME
@@ -63,7 +63,6 @@ class TunedJob:
     def status(self) -> str:
         """finished (summary.json; a ConfigError if made with another config), resume (a population checkpoint)
         or new."""
-
         rundir = RunDirectory(self.tuning_dir)
         if rundir.is_finished():
             check_same_config(rundir, self.tuning)
@@ -106,7 +105,8 @@ def plan_tuned_sweep(cfg: ExperimentConfig, budget: str | None = None, methods: 
     for base in (c for c in defaults.configs if c.seed == block.seeds[0]):
         method = ALGORITHMS.get(base.method)
         if method.one_shot or method.centralized:
-            kind = "one-shot (one round, nothing to tune per round)" if method.one_shot else "centralized"
+            kind = ("one-shot (one round, nothing to tune per round)" if method.one_shot
+                    else "centralized (it trains on the pooled data)")
             raise ConfigError(f"a tuned sweep cannot tune '{base.variant}': method {base.method} is {kind}; drop it "
                               "from sweep.methods / --methods, or sweep it without --tune. Nothing was run.")
         jobs += [_job(base, tuner, block, config_dir) for tuner in block.tuners]
@@ -145,11 +145,14 @@ def _job(base: ExperimentConfig, tuner: str, block: TuneBlock, config_dir: Path 
 
 def run_tuned_sweep(plan: TunedPlan, progress: bool = True) -> list[Path]:
     """The default rows, then each tuning job (skipped when finished, resumed when interrupted) and the re-runs
-    of its choice; the run directories of the default rows and re-runs."""
+    of its choice (checked as a sweep's runs: a finished one made with another choice is an error, not skipped);
+    the run directories of the default rows and re-runs."""
     done = run_sweep(plan.defaults, progress)
     for job in plan.jobs:
         if tune(job, progress):
-            done += run_sweep(SweepPlan(job.reruns()), progress)
+            reruns = SweepPlan(job.reruns())
+            check_plan(reruns)
+            done += run_sweep(reruns, progress)
     return done
 
 
