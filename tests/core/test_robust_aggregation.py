@@ -61,6 +61,17 @@ def test_trimmed_mean_cuts_both_ends() -> None:
     assert rule(seven, aggregation="trimmed_mean", trim=0.3) == [2.0]  # 2 cut each end: mean(1, 2, 3)
 
 
+def test_a_trim_that_cuts_nothing_is_warned(caplog: pytest.LogCaptureFixture) -> None:
+    robust.warn_weak_trim.cache_clear()
+    pts = clients((0,), (1,), (2,), (30,))
+    assert rule(pts, aggregation="trimmed_mean", trim=0.2) == [8.25]  # int(0.8) = 0: the mean
+    assert "the trimmed mean of these 4 clients is the plain mean" in caplog.text
+    caplog.clear()
+    assert rule(pts, aggregation="trimmed_mean", trim=0.25) == [1.5]  # one cut from each end: no warning
+    assert rule(pts, aggregation="trimmed_mean", trim=0.25, byzantine=1) == [1.5]
+    assert not caplog.text
+
+
 # squared distances: a-b 1, a-c 4, a-d 18, b-c 5, b-d 13, c-d 10, d-e 98, c-e 164, b-e 181, a-e 200; with f = 1 each
 # score sums the n - f - 2 = 2 nearest: a 1+4=5, b 1+5=6, c 4+5=9, d 10+13=23, e 98+164=262
 KRUM = clients((0, 0), (1, 0), (0, 2), (3, 3), (10, 10))

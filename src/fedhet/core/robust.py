@@ -19,7 +19,9 @@ so they run on the states, as Flower's FedMedian / FedTrimmedAvg do; both are un
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
+from functools import cache
 
 import torch
 
@@ -29,6 +31,7 @@ from fedhet.core.aggregation import average, client_weights
 from fedhet.core.params import StateDict
 from fedhet.errors import ConfigError
 
+log = logging.getLogger(__name__)
 Flat = dict[str, torch.Tensor]  # key -> the new global value of that key, flattened, float64
 Rule = Callable[[Sequence[StateDict], StateDict, list[str], torch.Tensor, ServerConfig], Flat]
 
@@ -63,9 +66,21 @@ def check_clients(cfg: ServerConfig, n: int) -> None:
                           "(server.byzantine): sample more clients (server.fraction_fit, server.min_fit_clients) "
                           "or assume fewer attackers")
     require_majority(rule, f, n, "server.byzantine")
+    if rule == "trimmed_mean" and int(cfg.trim * n) < max(f, 1):
+        warn_weak_trim(cfg.trim, n, f)
     if rule == "multi_krum" and cfg.krum_select is not None and cfg.krum_select > n:
         raise ConfigError(f"server.krum_select (multi-Krum's m) is {cfg.krum_select}, more than the n={n} clients "
                           "of this round; lower it, or leave it null (n - f)")
+
+
+@cache
+def warn_weak_trim(trim: float, n: int, f: int) -> None:
+    """Once per setting: a trimmed mean that cuts no value, or fewer than the f attackers assumed, from each end."""
+    cut = int(trim * n)
+    what = "the plain mean" if cut == 0 else f"unable to remove f={f} attackers"
+    log.warning("server.trim=%s cuts int(%s * %d) = %d values from each end of a coordinate: the trimmed mean of "
+                "these %d clients is %s; raise server.trim (below 0.5) or sample more clients", trim, trim, n, cut,
+                n, what)
 
 
 def require_majority(rule: str, attackers: int, n: int, source: str) -> None:
