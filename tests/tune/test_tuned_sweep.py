@@ -15,6 +15,7 @@ import fedhet.tune.run as tune_run
 from fedhet.cli import main
 from fedhet.config import ExperimentConfig, from_dict
 from fedhet.errors import ConfigError
+from fedhet.tune.budget import sha_shape
 from fedhet.tune.sweep import plan_tuned_sweep, run_tuned_sweep
 from fedhet.yaml_input import JSONDict
 
@@ -66,13 +67,19 @@ def test_a_tuned_sweep_writes_the_layout_and_tuned_json(tmp_path: Path) -> None:
         run_tuned_sweep(plan_tuned_sweep(_cfg(tmp_path)), progress=False)
 
 
-@pytest.mark.parametrize("budget, tuner, configs", [("12", "rs", 3), ("3x", "rs", 3), ("3x", "sha", 5)])
+@pytest.mark.parametrize("budget, tuner, configs", [("12", "rs", 3), ("3x", "rs", 3), ("3x", "sha", 4)])
 def test_the_budget_is_client_rounds_for_every_tuner(tmp_path: Path, budget: str, tuner: str, configs: int) -> None:
     job = plan_tuned_sweep(_cfg(tmp_path, tuners=[tuner]), budget=budget).jobs[0]
     tune = job.tuning.tune
     assert job.budget == 12 and tune["configs"] == configs and tune["budget"] == 6  # 12 client-rounds / 2 clients
-    if tuner == "sha":  # 5 configurations for 1 round, then the survivor's second round: 6 member-rounds
+    if tuner == "sha":  # 4 configurations for 1 round, then the survivor's second round: 5 of 6 member-rounds
         assert tune["eliminations"] == 1 and tune["wrapper"] == "sha"
+
+
+def test_sha_keeps_the_papers_shape_where_the_budget_allows() -> None:
+    assert sha_shape(800, 4000, 3) == (3, 27)  # the paper's CIFAR-10 budget: 27 -> 9 -> 3 -> 1 (docs/tune.md)
+    assert sha_shape(40, 8 * 40, 3) == (3, 27) and sha_shape(2, 6, 3) == (1, 4)  # stages of 7 rounds; of 1
+    assert sha_shape(2, 3, 3) is None  # 3 configurations for a round and the survivor's second: 4 > 3
 
 
 def test_the_tuning_jobs_keep_the_configs_tune_settings_and_a_lane_runtime(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
 """The `sweep.tune` block of a tuned sweep (tune/sweep.py) and its budget in client-rounds: live members x active
 clients, summed over the tuning rounds. `8x` is 8 full runs' worth (8 x rounds x active clients per round);
 a bare integer is client-rounds. Each tuner is sized to spend at most the budget: random search (rs, fedpop) starts
-budget // (rounds x clients) configurations; SHA the number of configurations and eliminations whose stages spend
-the most of it."""
+budget // (rounds x clients) configurations; SHA its eliminations (tune.eliminations, fewer if they do not fit) of
+the fewest configurations whose equal stages fit the budget."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def tuner_size(settings: JSONDict, rounds: int, budget: int) -> JSONDict:
     member-rounds with `rounds` rounds per configuration."""
     if settings.get("wrapper") == "sha":
         eta = int(settings.get("eta", 3))
-        shape = sha_shape(rounds, budget, eta)
+        shape = sha_shape(rounds, budget, eta, int(settings.get("eliminations", 3)))
         if shape is None:
             raise ConfigError(f"tuner sha cannot fit a budget of {budget} member-rounds at rounds={rounds}: it "
                               f"starts at least {eta} configurations, each stage before an elimination lasts at "
@@ -104,23 +104,18 @@ def tuner_size(settings: JSONDict, rounds: int, budget: int) -> JSONDict:
     return {"configs": budget // rounds, "budget": budget // rounds * rounds}
 
 
-def sha_shape(rounds: int, budget: int, eta: int) -> tuple[int, int] | None:
-    """(eliminations E, configurations N) whose SHA schedule (tune.wrappers.sha_rounds) spends the most of `budget`
-    member-rounds without passing it (N < eta^(E+1), so one configuration survives); None if none fits."""
+def sha_shape(rounds: int, budget: int, eta: int, eliminations: int = 3) -> tuple[int, int] | None:
+    """(E, N): `eliminations` (else fewer) of the fewest configurations N >= eta^E whose equal stages fit `budget`
+    member-rounds (tune.wrappers.sha_rounds: the survivor's rounds plus the eliminated ones'); N < eta^(E+1), so
+    one configuration survives and the spend stays within the budget. The paper's 27 -> 9 -> 3 -> 1 when it fits;
+    None if nothing does."""
     from fedhet.tune.wrappers import sha_rounds
 
-    best: tuple[int, int, int] | None = None
-    eliminations = 1
-    while eta ** eliminations <= budget:
-        for configs in range(eta ** eliminations, eta ** (eliminations + 1)):
+    for stages in range(eliminations, 0, -1):
+        for configs in range(eta ** stages, eta ** (stages + 1)):
             try:
-                points = sha_rounds(rounds, eliminations, configs, eta, budget)
+                sha_rounds(rounds, stages, configs, eta, budget)
             except ConfigError:
                 continue
-            alive, spent, start = configs, 0, 0
-            for point in [*points, rounds]:
-                spent, start, alive = spent + alive * (point - start), point, max(1, alive // eta)
-            if spent <= budget and (best is None or spent >= best[0]):
-                best = (spent, eliminations, configs)
-        eliminations += 1
-    return None if best is None else (best[1], best[2])
+            return stages, configs
+    return None
