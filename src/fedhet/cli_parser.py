@@ -99,8 +99,8 @@ def _add_sweep(sub: Subparsers) -> None:
     sweep.add_argument("--datasets", help="comma-separated (default: the config's sweep.datasets)")
     sweep.add_argument("--report-dir", default=None)
     sweep.add_argument("--tune", default=None, metavar="BUDGET",
-                       help="tune every method first at this budget (8x: 8 full runs' worth; 4000: client-rounds), "
-                            "then re-run its choice on the fresh seeds (docs/tune.md, Tuned sweeps)")
+                       help="also tune every method at this budget (8x: 8 full runs' worth; 4000: client-rounds) "
+                            "and re-run its choice on the seeds beside the default config (docs/tune.md, Tuned sweeps)")
     sweep.add_argument("--check", action="store_true",
                        help="validate every planned run (method args, dataset, model names) and list its status; "
                             "runs nothing")
