@@ -15,7 +15,7 @@ import fedhet.tune.run as tune_run
 from fedhet.cli import main
 from fedhet.config import ExperimentConfig, from_dict
 from fedhet.errors import ConfigError
-from fedhet.tune.budget import sha_shape
+from fedhet.tune.budget import sha_shape, tune_block
 from fedhet.tune.sweep import plan_tuned_sweep, run_tuned_sweep
 from fedhet.yaml_input import JSONDict
 
@@ -80,6 +80,14 @@ def test_sha_keeps_the_papers_shape_where_the_budget_allows() -> None:
     assert sha_shape(800, 4000, 3) == (3, 27)  # the paper's CIFAR-10 budget: 27 -> 9 -> 3 -> 1 (docs/tune.md)
     assert sha_shape(40, 8 * 40, 3) == (3, 27) and sha_shape(2, 6, 3) == (1, 4)  # stages of 7 rounds; of 1
     assert sha_shape(2, 3, 3) is None  # 3 configurations for a round and the survivor's second: 4 > 3
+
+
+def test_the_fresh_seeds_default_to_three_not_to_the_plain_sweeps_seed(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    del cfg.sweep["tune"]["seeds"]
+    cfg.sweep["seeds"] = [5]  # a plain sweep of one seed (the quickstart's): a tuned comparison still runs 3
+    assert tune_block(cfg).seeds == [0, 1, 2]
+    assert tune_block(cfg, seeds=[4]).seeds == [4]
 
 
 def test_the_tuning_jobs_keep_the_configs_tune_settings_and_a_lane_runtime(tmp_path: Path) -> None:

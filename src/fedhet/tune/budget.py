@@ -34,7 +34,8 @@ class TuneBlock:
 
 def tune_block(cfg: ExperimentConfig, budget: str | None = None, seeds: list[int] | None = None) -> TuneBlock:
     """`sweep.tune` checked, with the CLI's --tune budget and --seeds in place of the block's (fresh seeds:
-    --seeds, else sweep.tune.seeds, else sweep.seeds, else 0, 1, 2)."""
+    --seeds, else sweep.tune.seeds, else 0, 1, 2: a comparison reports 3 fresh seeds unless told otherwise, even
+    when the plain sweep runs one seed)."""
     raw = cfg.sweep.get("tune") or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"sweep.tune must be a mapping such as {EXAMPLE}, got {raw!r}")
@@ -53,7 +54,7 @@ def tune_block(cfg: ExperimentConfig, budget: str | None = None, seeds: list[int
     for tuner in tuners:
         if tuner not in TUNERS:
             raise unknown_choice("tuner (sweep.tune.tuners)", str(tuner), TUNERS)
-    fresh = seeds if seeds is not None else raw.get("seeds") or cfg.sweep.get("seeds") or list(DEFAULT_SEEDS)
+    fresh = seeds if seeds is not None else raw.get("seeds") or list(DEFAULT_SEEDS)
     seed = raw.get("seed", DEFAULT_TUNE_SEED)
     if not isinstance(fresh, list) or not all(_seed(s) for s in fresh) or not _seed(seed):
         raise ConfigError(f"sweep.tune.seed must be an integer >= 0 and seeds a list of them, got {seed!r}, {fresh!r}")
