@@ -113,8 +113,9 @@ def test_diverged_members_are_counted_and_never_picked_by_random_search(tmp_path
 
 
 def test_with_fedpop_g_a_member_scored_inf_is_never_picked(tmp_path: Path) -> None:
-    """FedPop-G keeps diverged members alive (it replaces the worst); at the end those scored +inf since their
-    (re)initialisation are not candidates, and each configuration that ever scored +inf counts once."""
+    """FedPop-G keeps diverged members alive (it replaces the worst) but never copies one; at the end those scored
+    +inf since their (re)initialisation are not candidates, and each configuration that ever scored +inf counts
+    once."""
     result = tuned(tmp_path, "seed=4", *DIVERGING)
     rows = log_rows(tmp_path)
     last = [r for r in rows if r["round"] == 4 and r["alive"]]
@@ -122,5 +123,18 @@ def test_with_fedpop_g_a_member_scored_inf_is_never_picked(tmp_path: Path) -> No
                                                   if (r["slot"], r["born"]) == (m["slot"], m["born"]))}
     assert finite and len(finite) < len(last)  # some live member scored +inf
     assert set(result.summary["tune"]["accuracy"]) == finite and str(result.summary["tune"]["selected"]) in finite
+    score = {(r["round"], r["slot"]): r["score"] for r in rows}
+    children = {(r["slot"], r["born"], r["parent"]) for r in rows if r["parent"] is not None}
+    assert children and all(score[born, parent] < float("inf") for _, born, parent in children)  # never a parent
     diverged = {(r["slot"], r["born"]) for r in rows if r["score"] == float("inf")}
     assert result.summary["diverged"] == len(diverged) > len({r["slot"] for r in rows if r["score"] == float("inf")})
+
+
+def test_a_diverged_score_is_never_in_the_top_group() -> None:
+    """Fewer finite scores than the group size: the top is only the finite ones (none: no parent at all)."""
+    from fedhet.tune.fedpop import split_quantiles
+
+    inf, nan = float("inf"), float("nan")
+    assert split_quantiles([inf, 0.2, inf, nan]) == ((1,), (2, 3))
+    assert split_quantiles([inf, 0.2, inf, nan, inf, inf], rule="rank") == ((1,), (4, 5))
+    assert split_quantiles([inf, inf]) == ((), (1,))

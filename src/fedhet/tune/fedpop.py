@@ -86,8 +86,9 @@ def split_quantiles(scores: Sequence[float], rho: int = RHO,
     replace (ours: the official code's rule would make the one member its own parent).
     * `quantile`: the literal thresholds with `np.quantile`'s default (linear) interpolation; the sets can
       overlap (all scores equal: every index is in both) and n = 1 gives ((0,), (0,)).
-    NaN and +inf (a diverged model) rank worst under both rules; `quantile` takes its thresholds over the finite
-    scores, and a non-finite score is never in the top.
+    NaN and +inf (a diverged model) rank worst under both rules and are never in the top (fewer finite scores
+    than q: a smaller top, so a diverged member is never a parent); `quantile` takes its thresholds over the
+    finite scores.
     """
     if rule not in SPLIT_RULES:
         raise ValueError(f"split_quantiles: unknown rule {rule!r}; valid: {', '.join(SPLIT_RULES)}")
@@ -102,7 +103,7 @@ def split_quantiles(scores: Sequence[float], rho: int = RHO,
         if n == 1:
             return (order[0],), ()
         q = (3 * n + 9) // 10 if rule == "official" else max(1, n // rho)  # ceil(0.3 n) in integers
-        return tuple(sorted(order[:q])), tuple(sorted(order[n - q:]))
+        return tuple(sorted(i for i in order[:q] if np.isfinite(s[i]))), tuple(sorted(order[n - q:]))
     finite = s[np.isfinite(s)]
     if finite.size == 0:
         return (), tuple(range(n))
