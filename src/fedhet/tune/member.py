@@ -80,11 +80,12 @@ class MethodCopies:
         return self._builds[key]
 
     def check_builds(self) -> None:
-        """Build every value at the ends of each build-time dimension (one at a time, the others at the
-        experiment's values), so a value the method or model refuses is one clear error before any training."""
+        """Build each `choice` value and the ends of every other build-time dimension (one key at a time, the
+        others at the experiment's values), so a value the method or model refuses is one clear error before any
+        training."""
         for key in self.build_keys:
             dim = self.space.joint.dims[key]
-            for pos in range(len(dim.grid)) if dim.discrete else (dim.low, dim.high):
+            for pos in range(len(dim.grid)) if dim.kind == "choice" else sorted({dim.low, dim.high}):
                 sub = Space({key: dim})
                 cfg = apply_vector(self.cfg, sub, {key: pos})
                 try:
