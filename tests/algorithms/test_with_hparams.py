@@ -86,3 +86,12 @@ def test_every_method_declares_capabilities_over_its_own_params() -> None:
         assert cls.capabilities.lane_params <= cls.capabilities.call_params, name
     with pytest.raises(ValueError, match=r"lane_params \['mu'\] must be call_params"):
         Capabilities(lane_params=frozenset({"mu"}))
+
+
+def test_a_copy_keeps_the_server_settings_its_method_derives_when_built() -> None:
+    """FRAug's method_args.aggregation (weighted by default) replaces server.aggregation when it is built; a tuning
+    copy given the run's server settings must aggregate as the built method does (as `fedhet run` of it would)."""
+    exp = build_experiment(load_config(None, [*BASE, "method=fraug", "server.aggregation=uniform", "server.lr=0.5"]))
+    assert exp.algorithm.server_cfg.aggregation == "weighted"
+    copy = with_hparams(exp.algorithm, server=dataclasses.replace(exp.config.server, lr=0.25))
+    assert (copy.server_cfg.aggregation, copy.server_cfg.lr) == ("weighted", 0.25)

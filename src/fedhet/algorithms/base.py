@@ -121,6 +121,7 @@ class Algorithm(Generic[S, C, W, P]):
         self.num_clients = num_clients
         self.train_cfg = train
         self.server_cfg = server
+        self.run_server_cfg = server  # as the run gave it (a method may derive its own server_cfg: FRAug)
         self.num_classes = num_classes
         self.device = device
         own = type(self).aggregate is not Algorithm.aggregate and not self.shared_aggregation
@@ -217,7 +218,8 @@ def with_hparams(alg: Algorithm[S, C, W, P], train: TrainConfig | None = None, s
     """A shallow copy of `alg` that trains and aggregates with other hyperparameters (FedPop's per-client beta^k
     and per-member alpha, docs/design_fedpop_runner.md). It shares everything built in `__init__` (the model
     bookkeeping and its spare buffers), so copies run one at a time. `params` may differ from `alg.params` only
-    in `alg.capabilities.call_params`: the other fields were consumed when the method was built."""
+    in `alg.capabilities.call_params`: the other fields were consumed when the method was built. `server` is the
+    run's server settings: the fields the method set itself when it was built (FRAug's aggregation) stay its own."""
     if params is not None:
         changed = sorted(f.name for f in dataclasses.fields(params)
                          if getattr(params, f.name) != getattr(alg.params, f.name))
@@ -229,7 +231,9 @@ def with_hparams(alg: Algorithm[S, C, W, P], train: TrainConfig | None = None, s
     copy = alg.__class__.__new__(alg.__class__)
     copy.__dict__.update(alg.__dict__)
     copy.train_cfg = train or alg.train_cfg
-    copy.server_cfg = server or alg.server_cfg
+    derived = {f.name: getattr(alg.server_cfg, f.name) for f in dataclasses.fields(alg.server_cfg)
+               if getattr(alg.server_cfg, f.name) != getattr(alg.run_server_cfg, f.name)}
+    copy.server_cfg = alg.server_cfg if server is None else dataclasses.replace(server, **derived)
     copy.server_opt = ServerOptimizer(copy.server_cfg, alg.server_opt.buffers)
     copy.params = alg.params if params is None else params
     return copy
