@@ -16,6 +16,11 @@ class ConfigError(FedhetError):
     """A config key or value is invalid."""
 
 
+class LanesRefused(ConfigError):
+    """run.runtime=batched cannot train this method or model as lanes (docs/runtimes_batched.md's rules); a caller
+    that chose lanes itself (a tuned sweep's `lanes: true`) trains in-process instead."""
+
+
 class UsageError(FedhetError):
     """A command-line argument is malformed (an unknown flag, a bad list or number)."""
 

@@ -100,6 +100,18 @@ def test_the_tuning_jobs_keep_the_configs_tune_settings_and_a_lane_runtime(tmp_p
     assert {j.tuning.run.runtime for j in plan_tuned_sweep(cfg).jobs} == {"inprocess"}
 
 
+def test_lanes_tune_where_the_rule_allows_and_in_process_where_it_refuses(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, lanes=True, seeds=[0])
+    cfg.sweep["methods"], cfg.model.args = ["fedavg"], {"dropout": 0.3}  # dropout: refused by the batched rule
+    plan = plan_tuned_sweep(cfg)
+    assert plan.jobs[0].tuning.run.runtime == "batched"
+    run_tuned_sweep(plan, progress=False)
+    tuning = tmp_path / "tsw" / "offline_digits" / "fedavg+tuned-rs" / "tuning"
+    assert _read(tuning / "config.yaml")["run"]["runtime"] == "inprocess" and (tuning / "summary.json").is_file()
+    again = plan_tuned_sweep(cfg).jobs[0]  # finished in-process: it stays so (not "made with another config")
+    assert again.tuning.run.runtime == "inprocess" and again.status() == "finished"
+
+
 def test_check_lists_the_tuning_jobs_and_their_re_runs_and_runs_nothing(tmp_path: Path, capsys) -> None:
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump({**TINY, "run": {"out_dir": str(tmp_path / "runs")}}))

@@ -14,7 +14,7 @@ from fedhet.errors import ConfigError, nearest, unknown_choice
 from fedhet.tune.presets import TUNERS
 from fedhet.yaml_input import JSONDict
 
-BLOCK_KEYS = ("budget", "tuners", "seed", "seeds", "space")
+BLOCK_KEYS = ("budget", "tuners", "seed", "seeds", "space", "lanes")
 DEFAULT_TUNE_SEED = 1000
 DEFAULT_SEEDS = (0, 1, 2)
 EXAMPLE = "{budget: 8x, tuners: [rs], seed: 1000, seeds: [0, 1, 2]}"
@@ -30,6 +30,7 @@ class TuneBlock:
     seed: int
     seeds: list[int]
     space: str | JSONDict | None
+    lanes: bool = False  # tuning jobs as population lanes (run.runtime=batched) where the rule allows
 
 
 def tune_block(cfg: ExperimentConfig, budget: str | None = None, seeds: list[int] | None = None) -> TuneBlock:
@@ -62,7 +63,10 @@ def tune_block(cfg: ExperimentConfig, budget: str | None = None, seeds: list[int
         raise ConfigError(f"the tuning seed {seed} is among the fresh seeds {fresh}: the chosen configuration must be "
                           "re-run on seeds it was not tuned on; set sweep.tune.seed to another (e.g. 1000) or drop "
                           f"{seed} from the seeds. Nothing was run.")
-    return TuneBlock(str(budget), list(tuners), seed, list(fresh), raw.get("space"))
+    lanes = raw.get("lanes", False)
+    if not isinstance(lanes, bool):
+        raise ConfigError(f"sweep.tune.lanes must be true or false, got {lanes!r}")
+    return TuneBlock(str(budget), list(tuners), seed, list(fresh), raw.get("space"), lanes)
 
 
 def _seed(value: object) -> bool:

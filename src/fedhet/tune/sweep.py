@@ -27,7 +27,7 @@ from fedhet.atomic import atomic_write_text
 from fedhet.config import ExperimentConfig, from_dict
 from fedhet.engine.loop import run_dir_for
 from fedhet.engine.rundir import RunDirectory
-from fedhet.errors import ConfigError
+from fedhet.errors import ConfigError, LanesRefused
 from fedhet.launch.sweep import SweepPlan, check_plan, check_same_config, plan_sweep, run_status, run_sweep
 from fedhet.tune.apply import check_space
 from fedhet.tune.budget import TuneBlock, client_rounds, clients_per_round, tune_block, tuner_size
@@ -132,8 +132,10 @@ def _job(base: ExperimentConfig, tuner: str, block: TuneBlock, config_dir: Path 
     settings.update(tuner_size(settings, base.rounds, budget // per_round), space=space)
     tree.update(seed=block.seed, label=label, sweep={}, tune=settings)
     tree["data"]["val_fraction"] = tree["data"]["val_fraction"] or 0.2
-    if tree["run"]["runtime"] not in ("inprocess", "batched"):
-        tree["run"]["runtime"] = "inprocess"
+    if block.lanes or tree["run"]["runtime"] not in ("inprocess", "batched"):
+        tree["run"]["runtime"] = "batched" if block.lanes else "inprocess"
+    tree["run"]["runtime"] = _runtime_taken(run_dir_for(from_dict(ExperimentConfig, tree)).parent / "tuning",
+                                            tree["run"]["runtime"])
     cfg = from_dict(ExperimentConfig, tree)
     try:
         cfg.validate()
@@ -141,6 +143,17 @@ def _job(base: ExperimentConfig, tuner: str, block: TuneBlock, config_dir: Path 
     except ConfigError as err:
         raise ConfigError(f"tuned sweep, {label} ({base.data.dataset}): {err}") from err
     return TunedJob(base, cfg, tuner, budget, block.seeds)
+
+
+def _runtime_taken(tuning_dir: Path, runtime: str) -> str:
+    """`runtime`, or in-process where this job's earlier attempt was refused lanes and tuned in-process (its
+    run directory says so): a resume or a finished job keeps the runtime its results came from."""
+    try:
+        old = yaml.safe_load((tuning_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return runtime
+    taken = (old.get("run") or {}).get("runtime") if isinstance(old, dict) else None
+    return "inprocess" if runtime == "batched" and taken == "inprocess" else runtime
 
 
 def run_tuned_sweep(plan: TunedPlan, progress: bool = True) -> list[Path]:
@@ -164,8 +177,13 @@ def tune(job: TunedJob, progress: bool = True) -> bool:
     if status == "finished":
         log.info("skipping finished tuning job %s", job.tuning_dir)
     else:
-        result = run_tuning(job.tuning, job.tuning_dir, resume=status == "resume",
-                            overwrite=status == "new" and job.tuning_dir.exists(), progress=progress)
+        try:
+            result = run_tuning(job.tuning, job.tuning_dir, resume=status == "resume",
+                                overwrite=status == "new" and job.tuning_dir.exists(), progress=progress)
+        except LanesRefused as err:
+            log.warning("%s: %s; it is tuned in-process instead", job.tuning.label, err)
+            job.tuning.run.runtime = "inprocess"  # refused at its first round: nothing of it is lost
+            result = run_tuning(job.tuning, job.tuning_dir, overwrite=True, progress=progress)
         if not result.summary:
             return False
     if not (job.folder / RECORD).is_file():

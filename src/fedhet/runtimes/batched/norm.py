@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fedhet.errors import ConfigError
+from fedhet.errors import LanesRefused
 
 
 @dataclass
@@ -103,7 +103,7 @@ STATEFUL_OK = (nn.modules.batchnorm._BatchNorm,)
 def convert(model: nn.Module) -> tuple[nn.Module, list[FunctionalBatchNorm]]:
     """A deep copy of `model` whose BatchNorm layers are `FunctionalBatchNorm`s (same keys and values).
 
-    Raises a ConfigError for layers the batched step cannot reproduce: train-mode dropout (it draws from
+    Raises LanesRefused (a ConfigError) for layers the batched step cannot reproduce: train-mode dropout (it draws from
     torch's global RNG between mini-batches, which in-process training interleaves with data shuffling) and
     layers other than BatchNorm that keep buffers (their updates would be lost).
     """
@@ -111,16 +111,16 @@ def convert(model: nn.Module) -> tuple[nn.Module, list[FunctionalBatchNorm]]:
     layers: list[FunctionalBatchNorm] = []
     for name, module in list(model.named_modules()):
         if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
-            raise ConfigError(f"layer '{name}' is dropout with p={module.p}: its random masks cannot be reproduced "
+            raise LanesRefused(f"layer '{name}' is dropout with p={module.p}: its random masks cannot be reproduced "
                               "by run.runtime=batched; set the model's dropout to 0 or use run.runtime=inprocess")
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
             if isinstance(module, nn.SyncBatchNorm):
-                raise ConfigError(f"layer '{name}' is SyncBatchNorm; run.runtime=batched supports BatchNorm1d/2d/3d")
+                raise LanesRefused(f"layer '{name}' is SyncBatchNorm; run.runtime=batched supports BatchNorm1d/2d/3d")
             new = FunctionalBatchNorm(module, f"{name}." if name else "")
             _set_submodule(model, name, new)
             layers.append(new)
         elif not isinstance(module, STATEFUL_OK) and any(True for _ in module.buffers(recurse=False)):
-            raise ConfigError(f"layer '{name}' ({type(module).__name__}) keeps buffers that run.runtime=batched "
+            raise LanesRefused(f"layer '{name}' ({type(module).__name__}) keeps buffers that run.runtime=batched "
                               "does not update; use run.runtime=inprocess")
     return model, layers
 

@@ -41,7 +41,7 @@ from torch.utils._pytree import tree_flatten, tree_leaves, tree_map
 from fedhet.algorithms.base import Algorithm, AnyAlgorithm
 from fedhet.config import TrainConfig
 from fedhet.core.contract import LocalPass, LossStep, OptimSpec, Work
-from fedhet.errors import ConfigError
+from fedhet.errors import LanesRefused
 from fedhet.runtimes.batched.optim import TensorTree
 
 KINDS = ("sgd", "adam", "adamw")
@@ -66,9 +66,9 @@ def lane_group(alg: AnyAlgorithm) -> tuple[object, ...]:
     return (type(alg), tuple(shared), repr(train), repr(fixed))
 
 
-def refusal(method: str, why: str) -> ConfigError:
+def refusal(method: str, why: str) -> LanesRefused:
     """The one error of a refused method: which rule failed, and the runtime to use instead."""
-    return ConfigError(f"method '{method}' cannot run on run.runtime=batched: {why} (rules: "
+    return LanesRefused(f"method '{method}' cannot run on run.runtime=batched: {why} (rules: "
                        f"docs/runtimes_batched.md). Run it with run.runtime=inprocess.")
 
 
