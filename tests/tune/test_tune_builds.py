@@ -110,3 +110,13 @@ def test_the_summary_says_whether_the_chosen_build_is_personalized(tmp_path: Pat
     cfg = load_config(None, [*BASE, "method=embnoise", "model.args={hidden: [8], norm: bn}", "tune.configs=2",
                              "rounds=1", space])
     assert run_tuning(cfg, tmp_path, progress=False).summary["personalized"] is False  # the base (True) is not
+
+
+def test_a_train_or_server_value_the_method_refuses_when_built_is_one_clear_error() -> None:
+    """FedDyn sets the global model itself: `fedhet run` refuses a server lr other than 1, and so does tuning."""
+    cfg = load_config(None, [*BASE, "method=feddyn", "tune.space={server: {server.lr: {type: log_uniform, low: -1, "
+                                                     "high: 0}}}"])
+    tune = tune_config(cfg)
+    with pytest.raises(ConfigError, match="'server.lr': the value 0.1 it can take does not build.*feddyn sets the "
+                       "global model itself"):
+        Population(build_experiment(cfg), tune, resolve_space(tune))

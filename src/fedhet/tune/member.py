@@ -80,10 +80,12 @@ class MethodCopies:
         return self._builds[key]
 
     def check_builds(self) -> None:
-        """Build each `choice` value and the ends of every other build-time dimension (one key at a time, the
-        others at the experiment's values), so a value the method or model refuses is one clear error before any
-        training."""
-        for key in self.build_keys:
+        """Build each `choice` value and the ends of every other dimension of a build-time, `train.*` or
+        `server.*` key (one key at a time, the others at the experiment's values), so a value the method or model
+        refuses when it is built (FedDyn: a server optimizer; FedNova: a non-SGD client optimizer) is one clear
+        error before any training, as it is for `fedhet run` (a copy, `with_hparams`, would not check it)."""
+        checked = [k for k in self.space.joint.dims if k in self.build_keys or k.startswith(("train.", "server."))]
+        for key in checked:
             dim = self.space.joint.dims[key]
             for pos in range(len(dim.grid)) if dim.kind == "choice" else sorted({dim.low, dim.high}):
                 sub = Space({key: dim})
