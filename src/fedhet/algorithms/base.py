@@ -226,8 +226,9 @@ def with_hparams(alg: Algorithm[S, C, W, P], train: TrainConfig | None = None, s
         fixed = [name for name in changed if name not in alg.capabilities.call_params]
         if fixed:
             per_call = ", ".join(sorted(alg.capabilities.call_params)) or "none"
-            raise ConfigError(f"method '{alg.name}' reads method_args {fixed} when it is built, so they cannot "
-                              f"differ per client or member; per-call method_args: {per_call}")
+            raise ConfigError(f"method '{alg.name}' reads method_args {fixed} when it is built, so a copy cannot "
+                              f"take them (build the method with them: fedhet tune does, per member); per-call "
+                              f"method_args: {per_call}")
     copy = alg.__class__.__new__(alg.__class__)
     copy.__dict__.update(alg.__dict__)
     copy.train_cfg = train or alg.train_cfg
