@@ -28,8 +28,9 @@ MEANINGS = {
     "method_args": "the method's own settings (see [Method arguments](#method-arguments))",
     "seed": "seeds data splits, model initialisation, client sampling and training",
     "rounds": "communication rounds",
-    "imports": "Python modules (`my_pkg.my_datasets`) or `.py` files (relative to the current directory) imported "
-               "before any name is looked up, to register your datasets, models or methods (docs/data.md)",
+    "imports": "Python modules (`my_pkg.my_datasets`) or `.py` files (a relative path: beside the config file, "
+               "else in the current directory) imported before any name is looked up, to register your datasets, "
+               "models or methods (docs/data.md)",
     "data.dataset": "dataset name (`fedhet data list`; docs/data.md)",
     "data.root": "data root (default: $FEDHET_DATA); for `imagefolder` and `csv` the dataset's own folder or file",
     "model.name": "registered model (see [Model arguments](#model-arguments))",

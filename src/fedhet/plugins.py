@@ -5,8 +5,10 @@ methods (`fedhet.algorithms.register`) at import time, into the registries fedhe
 (`fedhet.registry`: built-ins are imported on first use); after each plugin the built-ins of every registry are
 loaded, so a plugin that takes a built-in's name is an error naming it. An entry is either a dotted module name
 (`my_pkg.my_datasets`, imported from `sys.path` with the current directory in front, as `python -m` does) or
-the path of a `.py` file (`./my_datasets.py`; relative paths are relative to the current directory, like
-`data.root`). Each is imported once per process. See docs/data.md "Registering a dataset in code".
+the path of a `.py` file (`./my_datasets.py`). A relative path written in a config file is looked up in that
+file's folder first (`anchor_imports`, when the file is read: in an `extends` chain, the file that wrote the
+key), then in the current directory; one given on the command line or in code, in the current directory. Each
+is imported once per process. See docs/data.md "Registering a dataset in code".
 """
 
 from __future__ import annotations
@@ -31,6 +33,21 @@ def _is_path(entry: str) -> bool:
     return entry.endswith(".py") or "/" in entry or "\\" in entry
 
 
+def anchor_imports(entries: object, folder: Path) -> object:
+    """`entries` (a config file's `imports`) with each relative `.py` path that names a file in `folder` (the
+    config file's own) made absolute; other entries, and anything not a list, unchanged (checked later)."""
+    if not isinstance(entries, list):
+        return entries
+    return [_anchored(e, folder) if isinstance(e, str) else e for e in entries]
+
+
+def _anchored(entry: str, folder: Path) -> str:
+    path = Path(entry.strip())
+    if not _is_path(entry.strip()) or path.expanduser().is_absolute() or not (folder / path).is_file():
+        return entry  # a module name, an absolute path, or a file the current directory may hold
+    return str((folder / path).resolve())
+
+
 def _where(err: BaseException, path: Path | None) -> str:
     """' (at FILE:LINE)' of the deepest frame of the traceback inside `path` (or the deepest frame at all)."""
     frames = list(traceback.extract_tb(err.__traceback__))
@@ -50,8 +67,9 @@ def _import_file(entry: str) -> ModuleType:
     if path.suffix != ".py":
         raise ConfigError(f"imports: '{entry}' is a path but not a .py file; list a Python file or a module name")
     if not path.is_file():
-        raise ConfigError(f"imports: file '{path}' not found (relative paths are relative to the current "
-                          f"directory, {Path.cwd()}); fix the path or use an absolute one")
+        raise ConfigError(f"imports: file '{path}' not found (a relative path is looked up in the folder of the "
+                          f"config file that lists it, then in the current directory, {Path.cwd()}); fix the path "
+                          "or use an absolute one")
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]
     name = f"fedhet_plugin_{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}_{digest}"
     if name in sys.modules:

@@ -71,14 +71,38 @@ def test_a_module_name_is_imported_from_the_current_directory(tmp_path: Path, mo
     assert cfg.imports == ["my_plugin_pkg.tables"] and dataset_info("plugin_by_name").classes == ("no", "yes")
 
 
+def test_a_relative_py_path_is_looked_up_beside_the_config_that_wrote_it(tmp_path: Path, monkeypatch) -> None:
+    base, table, elsewhere = tmp_path / "base", tmp_path / "tables", tmp_path / "elsewhere"
+    for folder in (base, table, elsewhere):
+        folder.mkdir()
+    (base / "my_datasets.py").write_text(PLUGIN.replace("{name}", "plugin_beside_base"))
+    (elsewhere / "my_datasets.py").write_text(PLUGIN.replace("{name}", "plugin_in_cwd_decoy"))
+    write_config(base / "base.yaml", ["./my_datasets.py"], "plugin_beside_base", tmp_path / "runs")
+    (table / "t.yaml").write_text("extends: ../base/base.yaml\nseed: 1\n")
+    monkeypatch.chdir(elsewhere)  # the working directory's file of the same name is not the one meant
+    cfg = load_config(table / "t.yaml")
+    assert cfg.imports == [str((base / "my_datasets.py").resolve())] and cfg.seed == 1
+    assert dataset_info("plugin_beside_base").domains == ("north", "south")
+
+
+def test_a_relative_py_path_not_beside_the_config_falls_back_to_the_current_directory(
+        tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "cwd_datasets.py").write_text(PLUGIN.replace("{name}", "plugin_from_cwd"))
+    config = write_config(tmp_path / "configs" / "c.yaml", ["cwd_datasets.py"], "plugin_from_cwd", tmp_path / "r")
+    monkeypatch.chdir(tmp_path)
+    assert load_config(config).imports == ["cwd_datasets.py"]
+    assert dataset_info("plugin_from_cwd").classes == ("no", "yes")
+
+
 def test_without_imports_the_dataset_is_unknown(tmp_path: Path) -> None:
     config = write_config(tmp_path / "c.yaml", [], "never_registered_plugin", tmp_path / "runs")
     assert main(["run", str(config)]) == 2
 
 
 @pytest.mark.parametrize("entry, body, message", [
-    ("./nowhere/x.py", None, r"imports: file '.*nowhere/x.py' not found \(relative paths are relative to the "
-                             r"current directory"),
+    ("./nowhere/x.py", None, r"imports: file '.*nowhere/x.py' not found \(a relative path is looked up in the "
+                             r"folder of the config file that lists it, then in the current directory"),
     ("no_such_plugin_module", None, "imports: no module named 'no_such_plugin_module'"),
     ("my-plugin", None, "neither a module name .* nor a .py file"),
     ("broken.py", "x = 1\n1 / 0\n", r"importing 'broken.py' failed with ZeroDivisionError: division by zero "
