@@ -29,7 +29,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     allowed = tuple(k for text in args.allow_config_change or [] for k in csv_list(text, "--allow-config-change") or [])
     result = run_experiment(cfg, args.run_dir, resume=args.resume, stop_after=args.stop_after,
                             progress=not args.quiet, overwrite=args.overwrite, allow_changes=allowed)
-    _print_final(result.final)
+    _print_final(result.final, cfg.run.quiet)
     _print_config_changes(result.summary.get("config_changes", []))
     if "novel" in result.summary:
         _print_novel(result.summary["novel"])
@@ -49,7 +49,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     result = run_tuning(cfg, args.run_dir, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet,
                         stop_after=args.stop_after, config_dir=Path(config).parent if config else None)
     if result.summary:
-        _print_final(result.summary["final"])
+        _print_final(result.summary["final"], cfg.run.quiet)
         chosen = result.summary["tune"]
         rule = "validation" if chosen["select"] == "val" else "test"
         print(f"best configuration (member {chosen['selected']}, highest mean {rule} accuracy at the end; the "
@@ -108,12 +108,11 @@ def _print_config_changes(changes: list[dict[str, Any]]) -> None:  # Any: config
         print(f"config change at the resume after round {c['round']}: {c['key']} {c['old']!r} -> {c['new']!r}{note}")
 
 
-def _print_final(final: dict[str, dict[str, float]]) -> None:
-    if not final:
-        return
-    print(f"{'client':<16} {'accuracy':>9} {'bal.acc':>9} {'loss':>8}")
-    for name, m in final.items():
-        print(f"{name:<16} {100 * m['accuracy']:>8.2f}% {100 * m['balanced_accuracy']:>8.2f}% {m['loss']:>8.4f}")
+def _print_final(final: dict[str, dict[str, float]], quiet: bool) -> None:
+    from fedhet.report.final_table import final_table
+
+    for line in final_table(final, quiet):
+        print(line)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -270,7 +269,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
 
         _print_final(run_flower_simulation(cfg, run_dir, num_cpus=args.num_cpus, cpus_per_client=args.cpus_per_client,
                                            progress=not args.quiet, resume=args.resume,
-                                           stop_after=args.stop_after).final)
+                                           stop_after=args.stop_after).final, cfg.run.quiet or args.quiet)
     elif args.action == "deploy":
         from fedhet.runtimes.flower.deploy import deploy_experiment
 

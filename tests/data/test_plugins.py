@@ -49,11 +49,13 @@ def write_config(path: Path, imports: list[str], dataset: str, out: Path) -> Pat
     return path
 
 
-def test_fedhet_run_imports_a_py_file_that_registers_a_dataset(tmp_path: Path) -> None:
+def test_fedhet_run_imports_a_py_file_that_registers_a_dataset(tmp_path: Path, capsys) -> None:
     plugin = tmp_path / "my_datasets.py"
     plugin.write_text(PLUGIN.replace("{name}", "plugin_hospitals"))
     config = write_config(tmp_path / "c.yaml", [str(plugin)], "plugin_hospitals", tmp_path / "runs")
     assert main(["run", str(config), "--run-dir", str(tmp_path / "run")]) == 0
+    printed = capsys.readouterr().out  # run.quiet: true: a summary of the clients, not a row each
+    assert "2 clients: accuracy mean" in printed and "\nnorth " not in printed and "\navg " in printed
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert set(summary["final"]) >= {"north", "south", "avg"}
     cfg = load_config(config)  # loading the config again does not run the file again (no "registered twice")
