@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from fedhet import config as C
+from fedhet.config.privacy import PrivacyConfig
 
 MEANINGS = {
     "name": "experiment name: runs go to `run.out_dir/<name>/<dataset>/<label or method>/seed<seed>`",
@@ -73,7 +74,8 @@ SWEEP_MEANINGS = {
             "client-rounds, then re-run on fresh seeds (docs/tune.md, Tuned sweeps)",
 }
 SECTIONS = (("data", C.DataConfig), ("model", C.ModelConfig), ("train", C.TrainConfig),
-            ("server", C.ServerConfig), ("eval", C.EvalConfig), ("run", C.RunConfig), ("novel", C.NovelConfig))
+            ("server", C.ServerConfig), ("eval", C.EvalConfig), ("run", C.RunConfig), ("novel", C.NovelConfig),
+            ("privacy", PrivacyConfig))
 
 
 def render_value(value: Any) -> str:  # Any: a config default
@@ -193,7 +195,7 @@ def render() -> str:
              "## Top level", "", *table(rows(C.ExperimentConfig, ""))]
     for section, cls in SECTIONS:
         doc = " ".join((inspect.getdoc(cls) or "").split())
-        lines += [f"## `{section}`", "", doc, "", *table(rows(cls, f"{section}."))]
+        lines += [f"## `{section}`", "", doc, "", *table(rows(cls, f"{section}.", nested=True))]
     lines += ["## Dataset options", "",
               "Settings only some datasets take live under `data.options`, checked against the dataset's own list "
               "(an unknown key names the nearest valid one; a dataset without options refuses any).", "",

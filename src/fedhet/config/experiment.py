@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedhet.config.novel import NovelConfig
+from fedhet.config.privacy import PrivacyConfig
 from fedhet.config.sections import (
     DataConfig,
     EvalConfig,
@@ -39,6 +40,7 @@ class ExperimentConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
     novel: NovelConfig = field(default_factory=NovelConfig)  # held-out clients adapted after training
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)  # differential privacy while training
     sweep: JSONDict = field(default_factory=dict)  # methods / seeds / datasets for `fedhet sweep`
     tune: JSONDict = field(default_factory=dict)  # search space and tuner for `fedhet tune` (fedhet.tune.config)
     imports: list[str] = field(default_factory=list)  # plugin modules / .py files, imported by validate()
@@ -55,6 +57,7 @@ class ExperimentConfig:
         _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         for section in (self.data, self.train, self.server, self.eval, self.run, self.novel):
             section.validate()
+        self.privacy.validate(self.server.aggregation, self.run.runtime)
 
     def to_dict(self) -> JSONDict:
         return {k: _to_plain(v) for k, v in dataclasses.asdict(self).items()}

@@ -56,6 +56,8 @@ def _device_type(name: str) -> str:
 def relevant_config(config: JSONDict) -> JSONDict:
     """The config values that influence the results (everything a resume must keep the same)."""
     relevant = {k: v for k, v in config.items() if k not in IGNORED_SECTIONS and k not in ("run", "novel")}
+    if ((config.get("privacy") or {}).get("dp") or {}).get("mode", "off") == "off":
+        relevant.pop("privacy", None)  # no DP: fingerprints as before the section existed (pretraining caches)
     novel = config.get("novel") or {}
     if novel.get("holdout") or novel.get("clients"):  # who trains; the adaptation settings act after training
         relevant["novel"] = {"holdout": novel.get("holdout"), "clients": novel.get("clients")}

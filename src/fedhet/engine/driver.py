@@ -45,6 +45,7 @@ class RoundDriver(Generic[R]):
         self.label, self.rounds, self.checkpoint_file = label, rounds, checkpoint_file
         self.progress, self.on_phase = progress, on_phase
         self.round, self.elapsed = 0, 0.0  # the last committed round and the seconds its rounds took
+        self.stop_reason: str | None = None  # why the job ends before its last round (None: it does not)
 
     def _phase(self, name: str, rnd: int) -> None:
         if self.on_phase is not None:
@@ -73,8 +74,9 @@ class RoundDriver(Generic[R]):
         return None
 
     def stopped(self) -> bool:
-        """Whether the job ends before its last round (tune: every configuration diverged)."""
-        return False
+        """Whether the job ends before its last round (tune: every configuration diverged; a run: `stop_reason`,
+        e.g. its privacy budget)."""
+        return self.stop_reason is not None
 
     def after_commit(self, rnd: int, seconds: float) -> None:
         """Round `rnd` is committed and took `seconds` (trackers)."""

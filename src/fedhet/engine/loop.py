@@ -11,7 +11,9 @@ from torch.utils.data import ConcatDataset
 
 from fedhet.config import ExperimentConfig
 from fedhet.core.contract import ServerState
+from fedhet.core.dp import dp_steps
 from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedhet.engine.dp_run import open_ledger, refusal
 from fedhet.engine.driver import Interrupted as Interrupted  # (re-exported: callers import these from here)
 from fedhet.engine.driver import PhaseHook as PhaseHook
 from fedhet.engine.driver import RoundDriver
@@ -84,6 +86,8 @@ class RoundLoop(RoundDriver[RunResult]):
         self._committed = self._snapshot()
         self._saved_round = -1  # the round of the checkpoint on disk (-1: none written by or read into this loop)
         self._reopened = False  # a finished run resumed to be extended: summary.json is stale
+        self.ledger = open_ledger(exp, clients.num_train_clients)  # privacy.dp's accountant (None: no DP)
+        self.stop_reason = refusal(self.ledger, self.server)  # privacy.dp.max_epsilon refuses the next round
 
     def _snapshot(self) -> Committed:
         return Committed(self.round, self.server, self.clients.get_states(), len(self.metrics), self.elapsed)
@@ -97,11 +101,14 @@ class RoundLoop(RoundDriver[RunResult]):
         """Continue from the checkpoint: restore it, rebuild metrics.jsonl from its rows (a kill between the
         checkpoint and the metrics write loses nothing), and re-open a finished run that is being extended."""
         payload = load_checkpoint(self.dir.latest_checkpoint, self.checkpoint_config(), allow_changes)
+        if self.ledger is not None:
+            self.ledger.check_resume(dp_steps(payload["server"]))
         self.round, self.server, self.metrics = payload["round"], payload["server"], payload["metrics"]
         self.elapsed, self.config_changes = payload["elapsed"], payload["config_changes"]
         self.traffic = dict(payload.get("traffic", {}))  # checkpoints before it was kept have none
         self.clients.set_states(payload["clients"])
         self._committed, self._saved_round = self._snapshot(), self.round
+        self.stop_reason = refusal(self.ledger, self.server)
         self.clients.on_disk()
         self.dir.write_metrics(self.metrics)
         for change in self.config_changes:
@@ -130,6 +137,8 @@ class RoundLoop(RoundDriver[RunResult]):
         sampled = sample_round(self.exp, self.clients.num_train_clients, rnd)
         trained = fit_and_aggregate(self.exp, self.alg, self.server, rnd, sampled, self.clients.fit)
         self.server, self.traffic = trained.server, trained.traffic
+        if self.ledger is not None:
+            self.metrics.append(self.ledger.row(rnd, dp_steps(self.server)))
         names = self.exp.arrangement.train
         self.train_losses = {names[r.client_id].name: float(loss) for r in trained.replies
                              if isinstance(loss := r.message.scalars.get("train_loss"), (int, float))}
@@ -165,6 +174,7 @@ class RoundLoop(RoundDriver[RunResult]):
         """The snapshot a rollback returns to, then the checkpoint (every run.checkpoint_every rounds and at the
         last) or the live metrics."""
         self._committed = self._snapshot()
+        self.stop_reason = refusal(self.ledger, self.server)  # before the next round trains
         self._phase("committed", rnd)
         if rnd % self.cfg.run.checkpoint_every == 0 or rnd == last:
             self.checkpoint()
@@ -220,8 +230,11 @@ class RoundLoop(RoundDriver[RunResult]):
                    "wall_time_s": self.elapsed, "round_time_s": self.elapsed / max(self.round, 1),
                    "device": str(self.exp.device), "config_changes": self.config_changes,
                    **({"traffic_per_client_round": self.traffic} if self.traffic else {}),
-                   **(self.server.facts() if isinstance(self.server, ServerState) else {})}
-        if self.round >= self.cfg.rounds:
+                   **(self.server.facts() if isinstance(self.server, ServerState) else {}),
+                   **(self.ledger.facts(dp_steps(self.server), self.stop_reason) if self.ledger else {})}
+        if self.stop_reason is not None and self._saved_round != self.round:
+            self.checkpoint()
+        if self.round >= self.cfg.rounds or self.stop_reason is not None:
             self.dir.write_config(self.cfg.to_dict())
             self.dir.write_metrics(self.metrics)  # repairs a metrics.jsonl that lags the final checkpoint
             self.dir.write_summary(summary)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from fedhet.algorithms.base import AnyAlgorithm
 from fedhet.core.contract import ServerState
+from fedhet.core.dp import dp_aggregate
 from fedhet.core.messages import Message, Reply, traffic
 from fedhet.core.robust import check_clients
 from fedhet.core.seeding import seeded
@@ -50,8 +51,10 @@ def aggregate_round(exp: Experiment, alg: AnyAlgorithm, server: ServerState, rnd
     """Aggregate the replies under the (seed, round) stream; a non-finite server state is a
     TrainingDivergedError."""
     flows = traffic(list(messages.values()), [r.message for r in replies])
-    with seeded(exp.config.seed, rnd, "aggregate"):
-        server = alg.aggregate(server, replies, exp.round_info(rnd))
+    info, seed = exp.round_info(rnd), exp.config.seed
+    with seeded(seed, rnd, "aggregate"):  # privacy.dp: clipped, noised (core/dp.py)
+        server = dp_aggregate(exp.config.privacy.dp, lambda s, r: alg.aggregate(s, r, info), server, replies, seed,
+                              rnd)
     bad = first_nonfinite(server)
     if bad is not None:  # a finite last loss can still leave infinite weights: never commit them
         raise TrainingDivergedError(f"the server state {bad} became NaN/inf after aggregation in round {rnd}; "
