@@ -81,9 +81,18 @@ def tiny_client(n: int = 8, in_dim: int = 4, num_classes: int = 2, seed: int = 0
     return ClientData(name=name, domain=name, train=ds, val=None, test=ds, train_eval=ds)
 
 
+def metric_rows(run_dir: Path) -> list[dict]:
+    """The rows of a run's metrics.jsonl without `train_time_s` (a measured time: the one field two runs of the
+    same config do not share, fedhet.engine.rundir.TRAIN_TIME)."""
+    import json
+
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k != "train_time_s"} for row in rows]
+
+
 def assert_same_run(a: Path, b: Path) -> None:
-    """Two run directories hold the same run: round, global and local weights bit for bit, metrics.jsonl byte
-    for byte."""
+    """Two run directories hold the same run: round, global and local weights bit for bit, metrics.jsonl row
+    for row (its floats exact; all but the measured train_time_s)."""
     from fedhet.engine.safe_load import load_trusted
 
     ca = load_trusted(a / "checkpoints" / "latest.pt", "checkpoint")
@@ -94,7 +103,7 @@ def assert_same_run(a: Path, b: Path) -> None:
     for cid, state in ca["clients"].items():
         for key, value in state.local.items():
             assert torch.equal(value, cb["clients"][cid].local[key]), (cid, key)
-    assert (a / "metrics.jsonl").read_text() == (b / "metrics.jsonl").read_text()
+    assert metric_rows(a) == metric_rows(b)
 
 
 def first_round_reply(exp, cid: int = 0):  # noqa: ANN001, ANN201 - an Experiment, the algorithm's reply

@@ -16,13 +16,12 @@ Tolerances (CPU, one torch thread, same config and seed; data order and augmenta
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from pathlib import Path
 
 import pytest
 import torch
-from fedhet_testing import for_method
+from fedhet_testing import for_method, metric_rows
 
 from fedhet.algorithms import ALGORITHMS
 from fedhet.algorithms.base import with_hparams
@@ -45,7 +44,7 @@ RAGGED = ["data.partition=dirichlet", "data.num_clients=5", "data.alpha=0.5", "d
 def rows(tmp: Path, *overrides: str) -> list[dict]:
     cfg = load_config(None, [*BASE, *overrides, f"run.out_dir={tmp}"])
     result = run_experiment(cfg, progress=False)
-    return [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    return metric_rows(result.run_dir)
 
 
 def assert_same(tmp_path: Path, *overrides: str, loss_tol: float = 1e-5, acc_tol: float = 0.0) -> list[dict]:
@@ -244,6 +243,6 @@ def test_checkpointed_states_move_between_runtimes(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="run.runtime: 'batched' in the checkpoint, 'sequential' now"):
         run_experiment(cfg, resume=True, progress=False)
     result = run_experiment(cfg, resume=True, progress=False, allow_changes=("run.runtime",))
-    resumed = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    resumed = metric_rows(result.run_dir)
     for ra, rb in zip(full, resumed, strict=True):
         assert rb["loss"] == pytest.approx(ra["loss"], abs=1e-5) and rb["accuracy"] == ra["accuracy"], (ra, rb)

@@ -23,6 +23,7 @@ import torch
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # read when flwr is imported
 pytest.importorskip("flwr")
 
+from fedhet_testing import metric_rows  # noqa: E402
 from flwr.app import Context, RecordDict  # noqa: E402
 from flwr.app import Message as FlowerMessage  # noqa: E402
 
@@ -58,7 +59,7 @@ pytestmark = pytest.mark.usefixtures("private_flower_home")
 
 
 def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return metric_rows(run_dir)
 
 
 def test_message_records_roundtrip() -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fedhet_testing import for_method
+from fedhet_testing import for_method, metric_rows
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # read when flwr is imported
 pytest.importorskip("flwr")
@@ -66,7 +66,7 @@ def cfg(*extra: str):
 
 
 def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return metric_rows(run_dir)
 
 
 pytestmark = pytest.mark.usefixtures("private_flower_home")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fedhet_testing import for_method
+from fedhet_testing import for_method, metric_rows
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 pytest.importorskip("flwr")
@@ -172,7 +172,7 @@ def test_every_method_is_a_flower_strategy(tmp_path, method) -> None:
     got = result.arrays.to_torch_state_dict()
     for key, value in expected.items():
         assert torch.equal(got[key], value), key
-    rows = [json.loads(line) for line in (tmp_path / "inprocess" / "metrics.jsonl").read_text().splitlines()]
+    rows = metric_rows(tmp_path / "inprocess")
     test_rows = [r for r in rows if r["split"] == "test"]
     assert strategy.metrics == test_rows
     assert result.evaluate_metrics_clientapp[c.rounds]["accuracy"] == test_rows[-1]["accuracy"]

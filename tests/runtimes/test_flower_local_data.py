@@ -6,7 +6,6 @@ holding only its site) and `client-id`; every dataset load is recorded with the 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import threading
@@ -20,6 +19,7 @@ from PIL import Image
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 pytest.importorskip("flwr")
 
+from fedhet_testing import metric_rows  # noqa: E402
 from flwr.app import Context, Message  # noqa: E402
 
 from fedhet.config import load_config  # noqa: E402
@@ -114,8 +114,7 @@ def test_nodes_read_only_their_site_and_the_run_equals_inprocess(tmp_path, loads
         ("site_a", {"data-root": str(tmp_path / "nodes" / "site_a"), "client-id": 0, "partition-id": 1})])
     result = run_server(grid, settings)  # type: ignore[arg-type]
     assert result.final == reference.final
-    rows = [json.loads(line) for line in (tmp_path / "flower" / "metrics.jsonl").read_text().splitlines()]
-    assert rows == [json.loads(line) for line in (tmp_path / "inprocess" / "metrics.jsonl").read_text().splitlines()]
+    assert metric_rows(tmp_path / "flower") == metric_rows(tmp_path / "inprocess")
     assert set(loads) == {(site, str(tmp_path / "nodes" / site), (site,)) for site in SITES}  # none by the server
 
 
@@ -204,5 +203,4 @@ def test_a_real_deployment_reads_each_site_on_its_own_node(tmp_path) -> None:
     with LocalFederation(2, tmp_path / "work", extra_node_config=sites, workers=True) as federation:
         flwr_run(app, federation, timeout=600)
     (run,) = (tmp_path / "runs").glob("run-*")
-    assert [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()] == \
-        [json.loads(line) for line in (tmp_path / "inprocess" / "metrics.jsonl").read_text().splitlines()]
+    assert metric_rows(run) == metric_rows(tmp_path / "inprocess")

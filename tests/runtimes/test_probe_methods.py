@@ -7,7 +7,6 @@ registered method do not see them."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+
+from fedhet_testing import metric_rows  # noqa: E402
 
 from fedhet.algorithms import ALGORITHMS, Algorithm  # noqa: E402
 from fedhet.algorithms.base import NoParams  # noqa: E402
@@ -206,7 +207,7 @@ def probes_registered() -> Iterator[None]:
 
 
 def rows(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return metric_rows(run_dir)
 
 
 def refused_by_name(probe: type[Probe], run: Callable[[], Any]) -> tuple[bool, Any]:

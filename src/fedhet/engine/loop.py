@@ -4,6 +4,7 @@ round driver, engine/driver.py)."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from fedhet.engine.evaluation import evaluate
 from fedhet.engine.executor import ClientExecutor, ClientStates
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.rounds import fit_and_aggregate, sample_round
-from fedhet.engine.rundir import RunDirectory, client_rows
+from fedhet.engine.rundir import TRAIN_TIME, RunDirectory, client_rows, mean_train_time
 from fedhet.engine.tracking import Tracker, open_trackers, round_record
 from fedhet.errors import ConfigError
 from fedhet.yaml_input import JSONDict
@@ -82,6 +83,7 @@ class RoundLoop(RoundDriver[RunResult]):
         self.config_changes: list[JSONDict] = []
         self.traffic: dict[str, float] = {}  # the last trained round's, per client (core.messages.traffic)
         self.train_losses: dict[str, float] = {}  # the last trained round's, per client name (`train_loss`)
+        self.train_time_s = 0.0  # the last trained round's seconds in fit and aggregate (metrics' train_time_s)
         self.trackers: list[Tracker] = []  # run.loggers (engine/tracking.py), open while `run` runs
         self._committed = self._snapshot()
         self._saved_round = -1  # the round of the checkpoint on disk (-1: none written by or read into this loop)
@@ -145,10 +147,11 @@ class RoundLoop(RoundDriver[RunResult]):
 
     def evaluate_round(self, rnd: int) -> float:
         """Evaluate every training client's deployed model (held-out clients wait for the end); returns the
-        average test accuracy."""
+        average test accuracy. The round's training time (`train_time_s`) goes on its avg test row."""
         info, pool = self.exp.round_info(rnd), self.exp.arrangement.pool(len(self.exp.data.clients))
         messages = {cid: self.alg.broadcast(self.server, info, self.exp.arrangement.state_of[cid]) for cid in pool}
         rows = client_rows(rnd, "test", self.clients.evaluate(rnd, messages, "test"))
+        rows = [{**r, TRAIN_TIME: self.train_time_s} if r["client"] == "avg" else r for r in rows]
         if self.cfg.eval.val:
             rows += client_rows(rnd, "val", self.clients.evaluate(rnd, messages, "val"))
         if self.cfg.eval.pooled_test and not self.alg.personalized:
@@ -161,7 +164,9 @@ class RoundLoop(RoundDriver[RunResult]):
 
     def play(self, rnd: int) -> float | None:
         """Train, then evaluate round `rnd` when it is due; returns the test accuracy if evaluated."""
+        start = time.perf_counter()
         self.train_round(rnd)
+        self.train_time_s = time.perf_counter() - start  # fit + aggregate, no evaluation
         self._phase("trained", rnd)
         acc = self.evaluate_round(rnd) if self._evaluated(rnd) else None
         self._phase("evaluated", rnd)
@@ -228,6 +233,7 @@ class RoundLoop(RoundDriver[RunResult]):
                    "dataset": self.cfg.data.dataset, "seed": self.cfg.seed, "rounds": self.cfg.rounds,
                    "rounds_completed": self.round, "personalized": self.alg.personalized, "final": final,
                    "wall_time_s": self.elapsed, "round_time_s": self.elapsed / max(self.round, 1),
+                   "train_time_s": mean_train_time(self.metrics),
                    "device": str(self.exp.device), "config_changes": self.config_changes,
                    **({"traffic_per_client_round": self.traffic} if self.traffic else {}),
                    **(self.server.facts() if isinstance(self.server, ServerState) else {}),

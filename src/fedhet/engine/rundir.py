@@ -24,6 +24,9 @@ from fedhet.errors import CheckpointError, FedhetError
 from fedhet.yaml_input import JSONDict
 
 METRIC_KEYS = ("accuracy", "balanced_accuracy", "loss")
+# the round's fit + aggregate wall time (no evaluation), on each evaluated round's "avg" test row: a measurement,
+# so the one field of metrics.jsonl that differs between two runs of the same config
+TRAIN_TIME = "train_time_s"
 LOCK_FILE = ".lock"
 LATEST = "latest.pt"  # a run's checkpoint, in <run>/checkpoints
 NAME_MAX = 255  # bytes per path component on Linux, macOS and Windows file systems
@@ -206,6 +209,12 @@ def claimed(run_dir: Path, resume: bool, overwrite: bool, checkpoint: str = LATE
             for folder in extra:
                 shutil.rmtree(run_dir / folder, ignore_errors=True)
         yield rundir
+
+
+def mean_train_time(rows: list[JSONDict]) -> float | None:
+    """The mean of `TRAIN_TIME` over the rows that hold it (the evaluated rounds' "avg" test rows); None if none."""
+    times = [float(r[TRAIN_TIME]) for r in rows if isinstance(r.get(TRAIN_TIME), (int, float))]
+    return sum(times) / len(times) if times else None
 
 
 def client_rows(rnd: int, split: str, per_client: dict[str, dict[str, float]]) -> list[JSONDict]:

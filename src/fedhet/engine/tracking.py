@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from fedhet.atomic import atomic_write_text
+from fedhet.engine.rundir import TRAIN_TIME
 from fedhet.errors import ConfigError
 from fedhet.yaml_input import JSONDict
 
@@ -55,7 +56,9 @@ def round_record(rnd: int, rows: Sequence[JSONDict], train_losses: Mapping[str, 
             break
         values = record.per_client.setdefault(str(row["client"]), {})
         for key, value in row.items():
-            if key not in ("round", "client", "split", "num_examples") and isinstance(value, (int, float)):
+            if key == TRAIN_TIME and isinstance(value, (int, float)):
+                record.scalars["round/train_time_s"] = float(value)  # fit + aggregate: a round's number
+            elif key not in ("round", "client", "split", "num_examples") and isinstance(value, (int, float)):
                 values[f"{row['split']}/{key}"] = float(value)
     finite = [v for v in train_losses.values() if math.isfinite(v)]
     for client, loss in train_losses.items():
