@@ -130,3 +130,11 @@ def test_delta_must_be_below_one_over_n() -> None:
     with pytest.raises(ConfigError, match="1/N = 1/10"):
         PrivacyLedger.for_run(dp(delta=0.1), 10, 1.0, 1)
     PrivacyLedger.for_run(dp(delta=0.099), 10, 1.0, 1)
+
+
+def test_a_missing_dp_accounting_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "dp_accounting", None)  # import fails as if not installed
+    with pytest.raises(ConfigError, match=r"pip install fedhet\[privacy\]"):
+        epsilon.__wrapped__(0.5, 1.0, 3, 1e-5, "rdp")

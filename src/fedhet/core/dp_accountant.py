@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from functools import cache
 
 from fedhet.config.privacy import DPConfig
 from fedhet.errors import ConfigError
@@ -22,9 +23,11 @@ from fedhet.yaml_input import JSONDict
 INSTALL = "pip install fedhet[privacy]"
 
 
+@cache
 def epsilon(q: float, noise_multiplier: float, steps: int, delta: float, accountant: str = "rdp") -> float:
     """epsilon(delta) after `steps` rounds of the Poisson-sampled Gaussian mechanism (rate q, multiplier sigma),
-    from dp-accounting's RdpAccountant (default orders) or PLDAccountant."""
+    from dp-accounting's RdpAccountant (default orders) or PLDAccountant; cached (a round asks for it again when
+    it checks the next one)."""
     if steps <= 0:
         return 0.0
     try:
@@ -35,11 +38,11 @@ def epsilon(q: float, noise_multiplier: float, steps: int, delta: float, account
     if q < 1:
         event = dp_event.PoissonSampledDpEvent(q, event)
     acc = rdp.RdpAccountant() if accountant == "rdp" else pld.PLDAccountant()
-    acc.compose(event, steps)
     absl = logging.getLogger("absl")
     level = absl.level
     absl.setLevel(logging.ERROR)  # "failed to converge ... excluding this order": per order, harmless, many
     try:
+        acc.compose(event, steps)
         return float(acc.get_epsilon(delta))
     finally:
         absl.setLevel(level)
