@@ -44,3 +44,10 @@ def test_many_clients_are_summarised_even_when_not_quiet() -> None:
 def test_no_client_with_test_data_and_no_rows() -> None:
     assert final_table({"a": metrics(NAN), "b": metrics(NAN)}, quiet=True)[0] == "2 clients, none with test data"
     assert final_table({}) == []
+
+
+def test_report_cells_of_a_client_without_test_data_are_a_dash_not_nan() -> None:
+    from fedhet.report.table import Cell, format_cell
+
+    assert format_cell(Cell(math.nan, math.nan, 1), percent=True) == "–"
+    assert format_cell(Cell(0.8523, 0.012, 3), percent=True) == "85.23 ± 1.20"

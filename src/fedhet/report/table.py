@@ -181,8 +181,9 @@ def _add_reference(reference: Reference, scale: float, rows: list[str], columns:
 
 
 def format_cell(cell: Cell | None, percent: bool, digits: int = 2) -> str:
-    """'85.23 ± 1.20'; '85.23' when std is undefined (n=1 or no paper std); '–' for a missing cell."""
-    if cell is None:
+    """'85.23 ± 1.20'; '85.23' when std is undefined (n=1 or no paper std); '–' for a missing cell or one with no
+    value (a client without test data)."""
+    if cell is None or math.isnan(cell.mean):
         return "–"
     s = 100.0 if percent else 1.0
     text = f"{cell.mean * s:.{digits}f}"
