@@ -112,6 +112,7 @@ def test_diverged_members_are_counted_and_never_picked_by_random_search(tmp_path
     assert spent[0] == 8 and result.summary["tune"]["client_rounds"] == spent[-1]
 
 
+@pytest.mark.slow  # 12 s; the default suite keeps the random-search case and the split test below (+inf never on top)
 def test_with_fedpop_g_a_member_scored_inf_is_never_picked(tmp_path: Path) -> None:
     """FedPop-G keeps diverged members alive (it replaces the worst) but never copies one; at the end those scored
     +inf since their (re)initialisation are not candidates, and each configuration that ever scored +inf counts

@@ -10,7 +10,6 @@ from fedhet.config.examples import find_config
 from fedhet.config.experiment import ExperimentConfig
 from fedhet.config.typed import from_dict
 from fedhet.errors import ConfigError
-from fedhet.plugins import anchor_imports
 from fedhet.yaml_input import JSONDict, load_yaml, read_text
 
 
@@ -95,6 +94,8 @@ def _read_config_tree(path: Path, seen: tuple[Path, ...]) -> JSONDict:
     if not isinstance(loaded, dict):
         raise ConfigError(f"config file '{path}' must hold a mapping at the top level")
     if "imports" in loaded:  # a relative .py path: this file's folder first, then the current directory
+        from fedhet.plugins import anchor_imports  # here: importing the config (and the contract) stays light
+
         loaded["imports"] = anchor_imports(loaded["imports"], path.parent)
     parent = loaded.pop("extends", None)
     if parent is None:
