@@ -108,6 +108,20 @@ def test_epsilon_equals_dp_accounting(accountant: str, q: float, sigma: float, s
     assert epsilon(q, sigma, steps, 1e-5, accountant) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-6)
 
 
+@pytest.mark.parametrize(("m", "n", "sigma", "steps"), [(10, 100, 1.1, 50), (4, 10, 2.0, 7)])
+def test_epsilon_equals_flowers_rdp_accountant(m: int, n: int, sigma: float, steps: int) -> None:
+    """The same (q = m / N, sigma, T) in Flower's own accountant (Poisson sampling, add-or-remove-one)."""
+    pa = pytest.importorskip("flwr.supercore.privacy_accounting")
+    from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
+
+    config = pa.PrivacyConfig(target_delta=1e-5, population_size=n,
+                              neighboring_relation=pa.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                              sampling_method=pa.SamplingMethod.POISSON)
+    flower = RdpAccountant(config)
+    flower.compose(pa.GaussianPrivacyEvent(noise_multiplier=sigma, sample_size=m, population_size=n), steps)
+    assert epsilon(m / n, sigma, steps, 1e-5) == pytest.approx(flower.get_epsilon(1e-5), rel=1e-6)
+
+
 def test_ledger_samples_at_rate_m_over_n_and_refuses_before_the_round() -> None:
     cfg = dp(noise_multiplier=1.0, delta=0.01, max_epsilon=2.6)
     ledger = PrivacyLedger.for_run(cfg, 5, 0.4, 1)
