@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from fedhet.engine.loop import run_dir_for
 from fedhet.engine.rundir import RunDirectory
 from fedhet.errors import ConfigError, LanesRefused
 from fedhet.launch.sweep import SweepPlan, check_plan, check_same_config, plan_sweep, run_status, run_sweep
+from fedhet.report.tuned import TUNED_FILE, TUNED_MARK, TUNING_DIR
 from fedhet.tune.apply import check_space
 from fedhet.tune.budget import TuneBlock, client_rounds, clients_per_round, tune_block, tuner_size
 from fedhet.tune.checkpoint import FILENAME
@@ -38,7 +38,6 @@ from fedhet.yaml_input import JSONDict
 
 log = logging.getLogger(__name__)
 
-RECORD = "tuned.json"
 
 
 @dataclass
@@ -58,7 +57,7 @@ class TunedJob:
 
     @property
     def tuning_dir(self) -> Path:
-        return self.folder / "tuning"
+        return self.folder / TUNING_DIR
 
     def status(self) -> str:
         """finished (summary.json; a ConfigError if made with another config), resume (a population checkpoint)
@@ -119,7 +118,7 @@ def _job(base: ExperimentConfig, tuner: str, block: TuneBlock, config_dir: Path 
     its space checked."""
     per_round = clients_per_round(base)
     budget = client_rounds(block.budget, base.rounds * per_round)
-    label = f"{base.variant}+tuned-{tuner}"
+    label = f"{base.variant}{TUNED_MARK}{tuner}"
     if budget < base.rounds * per_round:
         raise ConfigError(f"tune budget of {budget} client-rounds is below one run of '{base.variant}' (rounds="
                           f"{base.rounds} x {per_round} active clients = {base.rounds * per_round}); give at least "
@@ -134,7 +133,7 @@ def _job(base: ExperimentConfig, tuner: str, block: TuneBlock, config_dir: Path 
     tree["data"]["val_fraction"] = tree["data"]["val_fraction"] or 0.2
     if block.lanes or tree["run"]["runtime"] not in ("inprocess", "batched"):
         tree["run"]["runtime"] = "batched" if block.lanes else "inprocess"
-    tree["run"]["runtime"] = _runtime_taken(run_dir_for(from_dict(ExperimentConfig, tree)).parent / "tuning",
+    tree["run"]["runtime"] = _runtime_taken(run_dir_for(from_dict(ExperimentConfig, tree)).parent / TUNING_DIR,
                                             tree["run"]["runtime"])
     cfg = from_dict(ExperimentConfig, tree)
     try:
@@ -186,32 +185,26 @@ def tune(job: TunedJob, progress: bool = True) -> bool:
             result = run_tuning(job.tuning, job.tuning_dir, overwrite=True, progress=progress)
         if not result.summary:
             return False
-    if not (job.folder / RECORD).is_file():
-        atomic_write_text(job.folder / RECORD, json.dumps(tuned_record(job), indent=2) + "\n")
+    if not (job.folder / TUNED_FILE).is_file():
+        atomic_write_text(job.folder / TUNED_FILE, json.dumps(tuned_record(job), indent=2) + "\n")
     return True
 
 
 def tuned_record(job: TunedJob) -> JSONDict:
     """tuned.json: what was tuned, with what budget and spend, and what was chosen (contract of issue 40)."""
     summary = json.loads(RunDirectory(job.tuning_dir).summary_path.read_text())
-    chosen = summary["tune"]
-    spent, tried, diverged = 0, set(), set()
-    for line in (job.tuning_dir / "tune" / "members.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        spent += len(row["local"])  # the member's active clients that trained this round (none when dead)
-        tried.add((row["slot"], row["born"]))
-        if row["score"] is not None and not math.isfinite(row["score"]):
-            diverged.add((row["slot"], row["born"]))
+    chosen = summary["tune"]  # its client_rounds and the summary's diverged: counted by the tuning job (tune/run.py)
+    rows = [json.loads(line) for line in (job.tuning_dir / "tune" / "members.jsonl").read_text().splitlines()]
+    tried = {(row["slot"], row["born"]) for row in rows}  # configurations: FedPop-G re-initialises slots
     space = resolve_space(tune_config(job.tuning))
     dims = {**space.server.dims, **space.client.dims}
     return {"method": job.tuning.method, "label": job.tuning.label, "default_label": job.base.variant,
-            "tuner": job.tuner, "budget_client_rounds": job.budget, "spent_client_rounds": spent,
+            "tuner": job.tuner, "budget_client_rounds": job.budget, "spent_client_rounds": chosen["client_rounds"],
             "wall_s": summary["wall_time_s"], "tune_seed": job.tuning.seed, "seeds": job.seeds,
             "space": {k: ({"type": d.kind, "values": list(d.grid)} if d.discrete else
                           {"type": d.kind, "low": d.low, "high": d.high}) for k, d in dims.items()},
             "chosen": chosen["values"], "val_score": chosen.get("accuracy", {}).get(str(chosen["selected"])),
-            "members": len(tried),
-            "diverged": len(diverged), "selection": chosen["select"]}
+            "members": len(tried), "diverged": summary["diverged"], "selection": chosen["select"]}
 
 
 def check_lines(plan: TunedPlan) -> list[str]:
