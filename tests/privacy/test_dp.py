@@ -124,11 +124,11 @@ def test_epsilon_equals_flowers_rdp_accountant(m: int, n: int, sigma: float, ste
 
 def test_ledger_samples_at_rate_m_over_n_and_refuses_before_the_round() -> None:
     cfg = dp(noise_multiplier=1.0, delta=0.01, max_epsilon=2.6)
-    ledger = PrivacyLedger.for_run(cfg, 5, 0.4, 1)
+    ledger = PrivacyLedger.for_run(cfg, 5, 2)
     assert ledger.q == pytest.approx(0.4)
     assert ledger.refusal(1) is None  # epsilon(2 rounds) = 2.33
     assert "round 3" in str(ledger.refusal(2))  # epsilon(3 rounds) = 2.84 > 2.6
-    assert PrivacyLedger.for_run(dp(mode="local", delta=0.01), 5, 0.4, 1).q == 1.0
+    assert PrivacyLedger.for_run(dp(mode="local", delta=0.01), 5, 2).q == 1.0
 
 
 @pytest.mark.parametrize(("kw", "match"), [({"noise_multiplier": 0.0}, "noise_multiplier"),
@@ -142,8 +142,8 @@ def test_bad_values_are_one_clear_error(kw: dict[str, object], match: str) -> No
 
 def test_delta_must_be_below_one_over_n() -> None:
     with pytest.raises(ConfigError, match="1/N = 1/10"):
-        PrivacyLedger.for_run(dp(delta=0.1), 10, 1.0, 1)
-    PrivacyLedger.for_run(dp(delta=0.099), 10, 1.0, 1)
+        PrivacyLedger.for_run(dp(delta=0.1), 10, 10)
+    PrivacyLedger.for_run(dp(delta=0.099), 10, 10)
 
 
 def test_a_missing_dp_accounting_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,6 @@ resumed run reports the same epsilon bit for bit.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from functools import cache
 
@@ -48,11 +47,6 @@ def epsilon(q: float, noise_multiplier: float, steps: int, delta: float, account
         absl.setLevel(level)
 
 
-def sampled_per_round(num_clients: int, fraction: float, minimum: int) -> int:
-    """m, the clients sampled per round (engine/sampling.py's count)."""
-    return num_clients if fraction >= 1.0 else min(num_clients, max(minimum, math.ceil(fraction * num_clients)))
-
-
 @dataclass(frozen=True)
 class PrivacyLedger:
     """A DP run's accounting: epsilon after each round, and the round a budget refuses."""
@@ -61,11 +55,12 @@ class PrivacyLedger:
     q: float  # the sampling rate the accountant uses
 
     @classmethod
-    def for_run(cls, cfg: DPConfig, num_clients: int, fraction: float, minimum: int) -> PrivacyLedger:
-        """The ledger of a run with `num_clients` clients that may be sampled; checks delta < 1/N and that
-        dp-accounting is installed before anything trains."""
+    def for_run(cls, cfg: DPConfig, num_clients: int, sampled: int) -> PrivacyLedger:
+        """The ledger of a run with `num_clients` clients that may be sampled, `sampled` of them per round
+        (engine.sampling.sample_size); checks delta < 1/N and that dp-accounting is installed before anything
+        trains."""
         cfg.check_clients(num_clients)
-        q = 1.0 if cfg.mode == "local" else sampled_per_round(num_clients, fraction, minimum) / num_clients
+        q = 1.0 if cfg.mode == "local" else sampled / num_clients
         ledger = cls(cfg, q)
         ledger.spent(1)  # fails now, not after a round, when dp-accounting is missing
         return ledger

@@ -7,6 +7,7 @@ from fedhet.core.contract import ServerState
 from fedhet.core.dp import dp_steps
 from fedhet.core.dp_accountant import PrivacyLedger
 from fedhet.engine.experiment import Experiment
+from fedhet.engine.sampling import sample_size
 from fedhet.errors import ConfigError
 
 
@@ -22,7 +23,8 @@ def open_ledger(exp: Experiment, num_train_clients: int) -> PrivacyLedger | None
                           "methods that average their shared model (fedavg, fedprox, fedbn, ditto, fedrep, ...); "
                           "set privacy.dp.mode=off")
     pool = len(exp.arrangement.pool(num_train_clients))
-    return PrivacyLedger.for_run(cfg.privacy.dp, pool, cfg.server.fraction_fit, cfg.server.min_fit_clients)
+    return PrivacyLedger.for_run(cfg.privacy.dp, pool,
+                                 sample_size(pool, cfg.server.fraction_fit, cfg.server.min_fit_clients))
 
 
 def refusal(ledger: PrivacyLedger | None, server: ServerState) -> str | None:

@@ -85,13 +85,13 @@ def client_rounds(budget: str, full_run: int) -> int:
 def clients_per_round(cfg: ExperimentConfig) -> int:
     """The active clients of a round: every client, or server.fraction_fit of them (at least min_fit_clients)."""
     from fedhet.data.registry import resolve_spec
-    from fedhet.engine.sampling import sample_clients
+    from fedhet.engine.sampling import sample_size
 
     data = cfg.data
     clients = data.num_clients
     if data.partition == "domain":
         clients = len(data.domains or resolve_spec(data).domains) * data.clients_per_domain
-    return len(sample_clients(cfg.seed, 1, clients, cfg.server.fraction_fit, cfg.server.min_fit_clients))
+    return sample_size(clients, cfg.server.fraction_fit, cfg.server.min_fit_clients)
 
 
 def tuner_size(settings: JSONDict, rounds: int, budget: int) -> JSONDict:
