@@ -124,8 +124,7 @@ class Algorithm(Generic[S, C, W, P]):
         self.run_server_cfg = server  # as the run gave it (a method may derive its own server_cfg: FRAug)
         self.num_classes = num_classes
         self.device = device
-        own = type(self).aggregate is not Algorithm.aggregate and not self.shared_aggregation
-        refuse_own_aggregation(self.name, server.aggregation, own)
+        refuse_own_aggregation(self.name, server.aggregation, own_aggregate(self) and not self.shared_aggregation)
         template = model_fn().to(device)
         self.server_opt = ServerOptimizer(server, frozenset(name for name, _ in template.named_buffers()))
         self.parts = ModelParts(template, self.shared_keys(template))
@@ -199,6 +198,12 @@ class Algorithm(Generic[S, C, W, P]):
         `part` (engine/novel.py; AdaptFED: z_new through the hypernetwork); None: the engine's (the deployed
         model, `part` trainable). `trained`: the ids of the clients that took part in training."""
         return None
+
+
+def own_aggregate(alg: Algorithm[Any, Any, Any, Any]) -> bool:  # Any: any method's types
+    """Whether the method overrides `aggregate` (its own aggregation, not only the shared model's mean): robust
+    rules (core/robust.py) and privacy.dp (engine/dp_run.py) refuse such methods."""
+    return type(alg).aggregate is not Algorithm.aggregate
 
 
 # a method looked up by name at run time (the registry, the engine's experiment): its four types are its own

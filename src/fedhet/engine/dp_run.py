@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedhet.algorithms.base import Algorithm
+from fedhet.algorithms.base import own_aggregate
 from fedhet.core.contract import ServerState
 from fedhet.core.dp import dp_steps
 from fedhet.core.dp_accountant import PrivacyLedger
@@ -17,7 +17,7 @@ def open_ledger(exp: Experiment, num_train_clients: int) -> PrivacyLedger | None
     cfg = exp.config
     if not cfg.privacy.dp.active:
         return None
-    if type(exp.algorithm).aggregate is not Algorithm.aggregate:
+    if own_aggregate(exp.algorithm):
         raise ConfigError(f"method '{cfg.method}' aggregates in its own way, not through the shared model average, "
                           "so privacy.dp (DP-FedAvg: clipped updates, noised mean) cannot apply to it; DP applies to "
                           "methods that average their shared model (fedavg, fedprox, fedbn, ditto, fedrep, ...); "
