@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fedhet.algorithms.base import AnyAlgorithm, with_hparams
+from fedhet.config import ExperimentConfig
 from fedhet.core.contract import ClientState, ServerState
 from fedhet.engine.experiment import Experiment, build_algorithm, make_model_fn
 from fedhet.errors import ConfigError
@@ -70,14 +71,18 @@ class MethodCopies:
         key = tuple((k, float(vec[k])) for k in self.build_keys)
         if key not in self._builds:
             sub = Space({k: self.space.joint.dims[k] for k in self.build_keys})
-            cfg = apply_vector(self.cfg, sub, dict(key))
-            try:
-                model_fn = make_model_fn(cfg, self.exp.data)
-                self._builds[key] = build_algorithm(cfg, self.exp.data, self.exp.device, model_fn)
-            except (TypeError, ValueError, RuntimeError, ConfigError) as err:
-                raise ConfigError(f"search space: the member values {vector_to_dict(sub, dict(key))} do not build "
-                                  f"({type(err).__name__}: {err}); narrow those keys' bounds") from err
+            self._builds[key] = self._built(apply_vector(self.cfg, sub, dict(key)),
+                                            f": the member values {vector_to_dict(sub, dict(key))} do not build",
+                                            "those keys' bounds")
         return self._builds[key]
+
+    def _built(self, cfg: ExperimentConfig, what: str, narrow: str) -> AnyAlgorithm:
+        """The method and model `cfg` builds on the experiment's data; one clear error (`what` fails to build:
+        narrow `narrow`) where the method or model refuses it."""
+        try:
+            return build_algorithm(cfg, self.exp.data, self.exp.device, make_model_fn(cfg, self.exp.data))
+        except (TypeError, ValueError, RuntimeError, ConfigError) as err:
+            raise ConfigError(f"search space{what} ({type(err).__name__}: {err}); narrow {narrow}") from err
 
     def check_builds(self) -> None:
         """Build each `choice` value and the ends of every other dimension of a build-time, `train.*` or
@@ -88,13 +93,8 @@ class MethodCopies:
         for key in checked:
             dim = self.space.joint.dims[key]
             for pos in range(len(dim.grid)) if dim.kind == "choice" else sorted({dim.low, dim.high}):
-                sub = Space({key: dim})
-                cfg = apply_vector(self.cfg, sub, {key: pos})
-                try:
-                    build_algorithm(cfg, self.exp.data, self.exp.device, make_model_fn(cfg, self.exp.data))
-                except (TypeError, ValueError, RuntimeError, ConfigError) as err:
-                    raise ConfigError(f"search space '{key}': the value {dim.value(pos)!r} it can take does not "
-                                      f"build ({type(err).__name__}: {err}); narrow its bounds") from err
+                self._built(apply_vector(self.cfg, Space({key: dim}), {key: pos}),
+                            f" '{key}': the value {dim.value(pos)!r} it can take does not build", "its bounds")
 
     def of(self, alpha: Mapping[str, float], beta: Mapping[str, float]) -> AnyAlgorithm:
         """The method with alpha's server and beta's client hyperparameters (built with alpha's build-time values)."""
