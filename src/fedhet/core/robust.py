@@ -181,14 +181,15 @@ def _geometric_median(states: Sequence[StateDict], current: StateDict, keys: lis
                       cfg: ServerConfig) -> Flat:
     """RFA's smoothed Weiszfeld on the updates: v <- sum_i beta_i d_i / sum_i beta_i, beta_i = alpha_i /
     max(nu, ||v - d_i||), from the alpha-weighted mean, `rfa_iterations` times."""
-    v = {k: alpha @ rows_of(states, k, current) for k in keys}
+    updates = {k: rows_of(states, k, current) for k in keys}  # once: every Weiszfeld step reads them twice
+    v = {k: alpha @ updates[k] for k in keys}
     for _ in range(cfg.rfa_iterations):
         dist = torch.zeros_like(alpha)
         for key in keys:
-            dist += (rows_of(states, key, current) - v[key]).pow(2).sum(dim=1)
+            dist += (updates[key] - v[key]).pow(2).sum(dim=1)
         beta = alpha / dist.sqrt().clamp(min=cfg.rfa_nu)
         beta = beta / beta.sum()
-        v = {k: beta @ rows_of(states, k, current) for k in keys}
+        v = {k: beta @ updates[k] for k in keys}
     return {k: current[k].detach().reshape(-1).to(torch.float64) + v[k] for k in keys}
 
 
