@@ -180,8 +180,8 @@ def test_a_batchnorm_layer_called_twice_updates_its_statistics_twice() -> None:
 
 
 def test_rule_refusals() -> None:
-    """Rule 1: an own step function; 2: a gradient edit; 3: hooks; 4: a loss closing over a lane's own value, or
-    over the module itself (it would not be re-routed)."""
+    """Rule 1: an own step function; 2: a gradient edit; 3: hooks, an optimizer's parameter outside the Work; 4: a
+    loss closing over a lane's own value, or over the module itself (it would not be re-routed)."""
     torch.manual_seed(0)
     model = tiny_model()
 
@@ -202,6 +202,9 @@ def test_rule_refusals() -> None:
         odd = {"model": OptimSpec(list(model.parameters()), kind="adamw", **other)}
         refused(lambda w, s, odd=odd: [LocalPass("local", LossStep(((lambda x, y: prox_loss(w, x, y), "model"),)), odd,
                                                  TRAIN)], r"\(rule 2\)")
+    stray = {"model": OptimSpec([*model.parameters(), nn.Parameter(torch.zeros(1))])}  # one not in the Work
+    refused(lambda w, s: [LocalPass("local", LossStep(((lambda x, y: prox_loss(w, x, y), "model"),)), stray, TRAIN)],
+            r"outside the Work's module fields \(rule 3\)")
     refused(lambda w, s: [loss_pass(model, lambda x, y: prox_loss(w, x, y, mu=s), TRAIN)], r"\(rule 4\)")
     refused(lambda w, s: [loss_pass(model, lambda x, y: nn.functional.cross_entropy(model(x), y), TRAIN)],
             r"holds a module.*\(rule 4\)")

@@ -1,28 +1,18 @@
 """Which fits the batched runtime vectorizes: the rule, checked on every sampled client's own Work and passes.
 
-A client's fit is `Algorithm.start` (its `Work`), the `LocalPass`es of `Algorithm.passes(work)`, then
-`Algorithm.finish`. The runtime runs lane 0's passes for every lane at once, with each lane's values substituted
-into lane 0's Work (step.py). That is the same computation as each client's own passes when:
+The runtime runs lane 0's passes (`Algorithm.passes(work)`) for every lane at once, each lane's values substituted
+into lane 0's Work (step.py). That is each client's own computation when (in full: docs/runtimes_batched.md)
 
-1. every pass's step is a `LossStep` (`minimize`, `loss_pass`): the runtime evaluates its `loss_of`; any other
-   step function is imperative code it cannot see into;
-2. every optimizer a stage steps is sgd / adam / adamw without `after_backward` (a gradient edit is imperative)
-   and without `lr_schedule` or non-default `betas`;
-3. the modules the loss reads are fields of the Work (`nn.Module` values), called through those fields, no two
-   sharing a parameter, without hooks (and, norm.py, without dropout or buffers other than BatchNorm's); the
-   optimizers' parameters and the frozen ones belong to them;
-4. each lane's `loss_of` is lane 0's function (same code) closing over the same objects, except its own Work
-   and its own copy of the method (`with_hparams`, FedPop's per-client vectors) when the copies share a
-   `lane_group`, and none of them a module or tensor (those must be reached through the Work);
-5. the loss reads from the Work only its module and tensors fields (a tensor, or a tuple / list / dict of
-   them), and scalar fields equal on every client: the others (`msg`, `ctx`, per-client objects, dicts of
-   non-tensors, nested dataclasses) are replaced by a `Guard` that refuses any use (`GuardedRead`): attribute
-   reads, indexing, iteration, len, arithmetic, comparison, truth value, calls, `in`;
-6. every lane's Work and passes have lane 0's shape (field kinds, tensor shapes, pass names, stages, optimizer
-   kinds and settings other than lr / momentum / weight decay, trained and frozen parameters);
-7. the loss runs under `torch.func.vmap` and `grad` (no random numbers, no data-dependent Python branches,
-   no `.item()`): runtime.py turns such a failure into a refusal, and any other exception of the vectorized
-   loss too when lane 0's loss runs in-process (else it is the loss's own error).
+1. every pass's step is a `LossStep` (`minimize`, `loss_pass`);
+2. every optimizer a stage steps is sgd / adam / adamw without `after_backward`, `lr_schedule` or non-default `betas`;
+3. the loss reads modules only as `nn.Module` fields of the Work, sharing no parameter, without hooks (norm.py: nor
+   dropout, nor buffers other than BatchNorm's); the optimizers' and frozen parameters are theirs;
+4. each lane's `loss_of` is lane 0's function, closing over the same objects but its own Work and method copy
+   (same `lane_group`), and over no module or tensor;
+5. other Work fields than modules, tensors (a tensor, or a tuple / list / dict of them) and scalars equal on every
+   client are a `Guard` in the loss, and any use of one refuses (`GuardedRead`);
+6. every lane's Work and passes have lane 0's shape (field kinds, tensor shapes, passes, optimizers, parameters);
+7. the loss runs under `torch.func.vmap` and `grad` (runtime.py turns a failure into the refusal).
 
 Anything else is refused with one ConfigError naming `run.runtime=inprocess` and the rule that failed.
 """
@@ -40,7 +30,7 @@ from torch.utils._pytree import tree_flatten, tree_leaves, tree_map
 
 from fedhet.algorithms.base import Algorithm, AnyAlgorithm
 from fedhet.config import TrainConfig
-from fedhet.core.contract import LocalPass, LossStep, OptimSpec, Work
+from fedhet.core.contract import LocalPass, LossStep, Work
 from fedhet.errors import LanesRefused
 from fedhet.runtimes.batched.optim import TensorTree
 
@@ -58,8 +48,7 @@ def lane_group(alg: AnyAlgorithm) -> tuple[object, ...]:
     copies with different keys are trained in separate groups."""
     neutral = TrainConfig()
     train = dataclasses.replace(alg.train_cfg, **{f: getattr(neutral, f) for f in LANED_TRAIN})
-    laned = alg.capabilities.lane_params
-    params = alg.params
+    params, laned = alg.params, alg.capabilities.lane_params
     fixed = [(f.name, getattr(params, f.name)) for f in dataclasses.fields(params) if f.name not in laned] \
         if dataclasses.is_dataclass(params) else [("params", params)]
     shared = sorted((k, id(v)) for k, v in vars(alg).items() if k not in ("train_cfg", "params", *SERVER_SIDE))
@@ -91,21 +80,22 @@ class Guard:
         object.__setattr__(self, "_name", name)
 
     def __getattribute__(self, attr: str) -> Any:  # Any: object.__getattribute__'s signature (it always raises)
-        raise GuardedRead(_guard_message(self, f"reads work.{object.__getattribute__(self, '_name')}.{attr}"))
+        raise _guarded_read(self, "reads", f".{attr}")
 
     def __repr__(self) -> str:
         return f"<guard of work.{object.__getattribute__(self, '_name')}>"
 
 
-def _guard_message(guard: Guard, use: str) -> str:
+def _guarded_read(guard: Guard, verb: str, detail: str) -> GuardedRead:
     name = object.__getattribute__(guard, "_name")
-    return (f"its loss {use}, and work.{name} is not a module, tensors (a tensor, or a tuple / list / dict of "
-            f"tensors) or a scalar equal on every client, so it cannot be re-routed per client (rule 5)")
+    return GuardedRead(f"its loss {verb} work.{name}{detail}, and work.{name} is not a module, tensors (a tensor, "
+                       "or a tuple / list / dict of tensors) or a scalar equal on every client, so it cannot be "
+                       "re-routed per client (rule 5)")
 
 
 def _refusing(op: str) -> Callable[..., NoReturn]:
     def use(self: Guard, *_: object) -> NoReturn:
-        raise GuardedRead(_guard_message(self, f"uses work.{object.__getattribute__(self, '_name')} ({op})"))
+        raise _guarded_read(self, "uses", f" ({op})")
 
     return use
 
@@ -119,9 +109,8 @@ for _op in _BINARY:
 
 @dataclass
 class LaneWork:
-    """One sampled client's fit as the runtime holds it: the Work, its passes, and right after `start` the state of
-    every module field (`"field:name"` -> tensor) and the tensors fields (field -> a tensor, or a tuple / list /
-    dict of tensors)."""
+    """One sampled client's fit: its Work and passes, and copies taken right after `start` of every module field's
+    state (`"field:name"` -> tensor) and of the tensors fields (field -> a tensor, or a tuple / list / dict of them)."""
 
     work: Work
     passes: list[LocalPass]
@@ -131,7 +120,7 @@ class LaneWork:
 
 @dataclass
 class Layout:
-    """Lane 0's Work fields by kind, and which state keys (`"field:name"`) each optimizer of each pass trains."""
+    """Lane 0's Work fields by kind, and the state key (`"field:name"`) of each of its modules' tensors."""
 
     modules: list[str]
     tensors: list[str]
@@ -152,6 +141,11 @@ def is_constant(value: object) -> bool:
     return isinstance(value, SCALARS) or (type(value) in (tuple, list, dict) and not value)
 
 
+def named_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """A module's parameters, then its buffers, by name: the state the runtime stacks per lane."""
+    return [*module.named_parameters(), *module.named_buffers()]
+
+
 def tensors_kind(value: TensorTree) -> str:
     """The structure and the shapes of a tensors field (rule 6: equal on every lane)."""
     leaves, spec = tree_flatten(value)
@@ -164,8 +158,7 @@ def snapshot(work: Work, passes: list[LocalPass]) -> LaneWork:
     for f in dataclasses.fields(work):
         value = getattr(work, f.name)
         if isinstance(value, nn.Module):
-            named = [*value.named_parameters(), *value.named_buffers()]
-            lane.states.update({f"{f.name}:{n}": t.detach().clone() for n, t in named})
+            lane.states.update({f"{f.name}:{n}": t.detach().clone() for n, t in named_tensors(value)})
         elif is_tensors(value):
             lane.tensors[f.name] = tree_map(lambda t: t.detach().clone(), value)
     return lane
@@ -208,7 +201,7 @@ def layout_of(method: str, lanes: list[LaneWork]) -> Layout:
         module: nn.Module = getattr(work0, name)
         if any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks for m in module.modules()):
             raise refusal(method, f"work.{name} has hooks, which the vectorized forward cannot re-route (rule 3)")
-        for n, t in [*module.named_parameters(), *module.named_buffers()]:
+        for n, t in named_tensors(module):
             if id(t) in out.keys:
                 raise refusal(method, f"work.{name} shares {n} with another module field (rule 3)")
             out.keys[id(t)] = f"{name}:{n}"
@@ -236,7 +229,8 @@ def check_passes(method: str, lanes: list[LaneWork], layout: Layout) -> None:
                 raise refusal(method, f"pass '{p0.name}' steps optimizer '{opt}', which is not a plain "
                               f"{' / '.join(KINDS)} optimizer (default betas, no after_backward, no lr_schedule) "
                               "(rule 2)")
-            param_keys(method, p0, spec, layout)
+            if any(id(q) not in layout.keys for q in spec.params):
+                raise refusal(method, f"pass '{p0.name}' trains parameters outside the Work's module fields (rule 3)")
         keys0 = shape_of(lanes[0], k, layout)
         for lane in lanes[1:]:
             if shape_of(lane, k, layout) != keys0:
@@ -249,31 +243,18 @@ def check_passes(method: str, lanes: list[LaneWork], layout: Layout) -> None:
                                   "others' over its own Work (rule 4)")
 
 
-def param_keys(method: str, local_pass: LocalPass, spec: OptimSpec, layout: Layout) -> list[str]:
-    """State keys of an optimizer's parameters (lane 0's modules), in its order."""
-    missing = [p for p in spec.params if id(p) not in layout.keys]
-    if missing:
-        raise refusal(method, f"pass '{local_pass.name}' trains parameters outside the Work's module fields (rule 3)")
-    return [layout.keys[id(p)] for p in spec.params]
-
-
 def shape_of(lane: LaneWork, k: int, layout: Layout) -> tuple[object, ...]:
     """What must agree between lanes for pass `k`: stages, optimizers, trained / frozen / train-mode keys."""
     p = lane.passes[k]
     if not isinstance(p.step, LossStep):
         return ("opaque",)
-    keys = {id(t): key for name in layout.modules
-            for key, t in _named(getattr(lane.work, name), name)}
+    keys = {id(t): f"{name}:{n}" for name in layout.modules for n, t in named_tensors(getattr(lane.work, name))}
     optims = tuple((name, dataclasses.replace(spec, params=(), after_backward=None, lr=0.0, momentum=0.0,
                                               weight_decay=0.0),
                     tuple(keys.get(id(q)) for q in spec.params)) for name, spec in sorted(p.optimizers.items()))
     frozen = tuple(keys.get(id(q)) for q in p.frozen)
     modules = tuple(next((n for n in layout.modules if getattr(lane.work, n) is m), None) for m in p.modules)
     return (tuple(opt for _, opt in p.step.stages), optims, frozen, modules, p.report)
-
-
-def _named(module: nn.Module, prefix: str) -> list[tuple[str, torch.Tensor]]:
-    return [(f"{prefix}:{n}", t) for n, t in [*module.named_parameters(), *module.named_buffers()]]
 
 
 def same_function(f0: Any, fi: Any, work0: Work, worki: Work) -> bool:  # Any: functions, read by __code__
@@ -285,11 +266,8 @@ def same_function(f0: Any, fi: Any, work0: Work, worki: Work) -> bool:  # Any: f
     if code is None or code is not getattr(fi, "__code__", None) or f0.__defaults__ is not fi.__defaults__:
         return False
     cells0, cellsi = f0.__closure__ or (), fi.__closure__ or ()
-    return len(cells0) == len(cellsi) and all(
-        _same_cell(a.cell_contents, b.cell_contents, work0, worki) for a, b in zip(cells0, cellsi, strict=True))
-
-
-def _same_cell(a: object, b: object, work0: Work, worki: Work) -> bool:
-    if a is b or (a is work0 and b is worki):
-        return True
-    return isinstance(a, Algorithm) and isinstance(b, Algorithm) and lane_group(a) == lane_group(b)
+    if len(cells0) != len(cellsi):
+        return False
+    pairs = [(a.cell_contents, b.cell_contents) for a, b in zip(cells0, cellsi, strict=True)]
+    return all(a is b or (a is work0 and b is worki) or (isinstance(a, Algorithm) and isinstance(b, Algorithm)
+                                                        and lane_group(a) == lane_group(b)) for a, b in pairs)
