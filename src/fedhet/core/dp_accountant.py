@@ -22,26 +22,41 @@ from fedhet.yaml_input import JSONDict
 INSTALL = "pip install fedhet[privacy]"
 
 
+Event = tuple[float, float, int]  # (sampling rate q, noise multiplier sigma, rounds): q = 1, no sampling
+
+
 @cache
 def epsilon(q: float, noise_multiplier: float, steps: int, delta: float, accountant: str = "rdp") -> float:
     """epsilon(delta) after `steps` rounds of the Poisson-sampled Gaussian mechanism (rate q, multiplier sigma),
     from dp-accounting's RdpAccountant (default orders) or PLDAccountant; cached (a round asks for it again when
     it checks the next one)."""
-    if steps <= 0:
+    return _compose(((q, noise_multiplier, steps),), delta, accountant)
+
+
+@cache
+def composed_epsilon(events: tuple[Event, ...], delta: float, accountant: str = "rdp") -> float:
+    """epsilon(delta) of several sampled Gaussian mechanisms composed in one accountant (a tuning job's members,
+    tune/privacy.py); cached."""
+    return _compose(events, delta, accountant)
+
+
+def _compose(events: tuple[Event, ...], delta: float, accountant: str) -> float:
+    """epsilon(delta) of `events` composed in dp-accounting's RDP or PLD accountant (0 without a round)."""
+    events = tuple(e for e in events if e[2] > 0)
+    if not events:
         return 0.0
     try:
         from dp_accounting import dp_event, pld, rdp
     except ImportError as err:
         raise ConfigError(f"privacy.dp's accountant needs dp-accounting: {INSTALL}") from err
-    event = dp_event.GaussianDpEvent(noise_multiplier)
-    if q < 1:
-        event = dp_event.PoissonSampledDpEvent(q, event)
     acc = rdp.RdpAccountant() if accountant == "rdp" else pld.PLDAccountant()
     absl = logging.getLogger("absl")
     level = absl.level
     absl.setLevel(logging.ERROR)  # "failed to converge ... excluding this order": per order, harmless, many
     try:
-        acc.compose(event, steps)
+        for q, noise_multiplier, steps in events:
+            event = dp_event.GaussianDpEvent(noise_multiplier)
+            acc.compose(event if q >= 1 else dp_event.PoissonSampledDpEvent(q, event), steps)
         return float(acc.get_epsilon(delta))
     finally:
         absl.setLevel(level)

@@ -47,14 +47,14 @@ def broadcast_round(exp: Experiment, alg: AnyAlgorithm, server: ServerState, rnd
 
 
 def aggregate_round(exp: Experiment, alg: AnyAlgorithm, server: ServerState, rnd: int, messages: dict[int, Message],
-                    replies: list[Reply]) -> TrainedRound:
+                    replies: list[Reply], dp_seed: int | None = None) -> TrainedRound:
     """Aggregate the replies under the (seed, round) stream; a non-finite server state is a
-    TrainingDivergedError."""
+    TrainingDivergedError. `dp_seed`: the seed of privacy.dp's noise (default the run's; a tuning member's own)."""
     flows = traffic(list(messages.values()), [r.message for r in replies])
     info, seed = exp.round_info(rnd), exp.config.seed
     with seeded(seed, rnd, "aggregate"):  # privacy.dp: clipped, noised (core/dp.py)
-        server = dp_aggregate(exp.config.privacy.dp, lambda s, r: alg.aggregate(s, r, info), server, replies, seed,
-                              rnd)
+        server = dp_aggregate(exp.config.privacy.dp, lambda s, r: alg.aggregate(s, r, info), server, replies,
+                              seed if dp_seed is None else dp_seed, rnd)
     bad = first_nonfinite(server)
     if bad is not None:  # a finite last loss can still leave infinite weights: never commit them
         raise TrainingDivergedError(f"the server state {bad} became NaN/inf after aggregation in round {rnd}; "

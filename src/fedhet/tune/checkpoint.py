@@ -39,8 +39,8 @@ def tuning_differences(old: JSONDict, cfg: ExperimentConfig) -> dict[str, tuple[
 @dataclasses.dataclass
 class SavedPopulation:
     """What a population checkpoint holds besides the config: the last finished round, the members, the tried
-    vectors, the best member's metric rows, the seconds spent, and the round in which every configuration
-    diverged (tuning ended there; None: it did not)."""
+    vectors, the best member's metric rows, the seconds spent, the round in which every configuration
+    diverged (tuning ended there; None: it did not) and the members trained in each DP round (tune/privacy.py)."""
 
     round: int
     members: list[Member]
@@ -48,6 +48,7 @@ class SavedPopulation:
     rows: list[JSONDict]
     elapsed: float
     halted: int | None = None
+    dp_rounds: list[int] = dataclasses.field(default_factory=list)
 
 
 def save_population(path: Path, cfg: ExperimentConfig, saved: SavedPopulation) -> None:
@@ -56,7 +57,7 @@ def save_population(path: Path, cfg: ExperimentConfig, saved: SavedPopulation) -
     payload = {"kind": "population", "format": FORMAT, "config": cfg.to_dict(), "round": saved.round,
                "members": [_plain(m) for m in saved.members],
                "tried": {"alphas": sorted(tried.alphas), "betas": sorted(tried.betas)}, "rows": saved.rows,
-               "elapsed": saved.elapsed, "halted": saved.halted}
+               "elapsed": saved.elapsed, "halted": saved.halted, "dp_rounds": list(saved.dp_rounds)}
     atomic_torch_save(payload, path)
 
 
@@ -79,7 +80,7 @@ def load_population(path: Path, cfg: ExperimentConfig) -> SavedPopulation:
     tried = Tried(alphas={_key(v) for v in seen["alphas"]}, betas={_key(v) for v in seen["betas"]})
     halted = payload.get("halted")
     return SavedPopulation(int(payload["round"]), members, tried, list(payload["rows"]), float(payload["elapsed"]),
-                           None if halted is None else int(halted))
+                           None if halted is None else int(halted), [int(k) for k in payload.get("dp_rounds", [])])
 
 
 def _plain(member: Member) -> dict[str, Any]:  # Any: the member's fields, torch-saved

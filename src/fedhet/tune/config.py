@@ -127,10 +127,6 @@ def tune_config(cfg: ExperimentConfig) -> TuneConfig:
                           "data.val_fraction (the paper and its code hold out 0.2)")
     if cfg.novel.holdout or cfg.novel.clients:
         raise ConfigError("fedhet tune does not hold out novel clients; unset novel.holdout / novel.clients")
-    if cfg.privacy.dp.mode != "off":
-        raise ConfigError("fedhet tune does not yet account the privacy its trials spend on the same clients (their "
-                          "noise would be drawn but no (epsilon, delta) would cover the job; issue 41 item 3): set "
-                          "privacy.dp.mode=off to tune, then run the chosen configuration with DP")
     if ALGORITHMS.get(cfg.method).centralized:
         raise ConfigError(f"method '{cfg.method}' trains on the pooled data, not federated; tune a federated method")
     return tune

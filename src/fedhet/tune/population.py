@@ -35,6 +35,7 @@ from fedhet.tune.fedex import fedex_draw, fedex_start, fedex_step
 from fedhet.tune.fedpop import L_GAMMA, Tried, fedpop_g, fedpop_l, is_g_round, l_window_open, member_score
 from fedhet.tune.fitting import CHECK_LOSS, MemberRound, fit_members
 from fedhet.tune.member import Member, MethodCopies
+from fedhet.tune.privacy import member_dp_seed
 from fedhet.tune.space import HPVector, SearchSpace
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,8 @@ class Population:
             try:
                 if isinstance(result, str):
                     raise TrainingDivergedError(result)
-                trained = aggregate_round(self.exp, plan.center, member.server, rnd, plan.messages, result[0])
+                trained = aggregate_round(self.exp, plan.center, member.server, rnd, plan.messages, result[0],
+                                          dp_seed=member_dp_seed(self.exp.config.seed, member.slot))
             except TrainingDivergedError as err:  # bad hyperparameters: the worst score, not the job's end
                 self.diverged(member, rnd, str(err))
                 continue

@@ -38,6 +38,7 @@ from fedhet.tune.config import TuneConfig, resolve_space, tune_config
 from fedhet.tune.fedpop import is_g_round
 from fedhet.tune.member import Member
 from fedhet.tune.population import Population, global_search_due, member_scores
+from fedhet.tune.privacy import JobPrivacy
 from fedhet.tune.wrappers import best_slot, check_rs_budget, sha_rounds, survivors
 from fedhet.yaml_input import JSONDict
 
@@ -106,19 +107,24 @@ class TuningJob(RoundDriver[TuneResult]):
         self.rows: list[JSONDict] = []  # metrics.jsonl: the best member's curve
         self.members_log = rundir.path / "tune" / "members.jsonl"
         self.client_rounds = 0  # the clients trained so far, all members together (the budget spent)
+        # privacy.dp: every member-round on one ledger; a plan over max_epsilon is refused here (tune/privacy.py)
+        self.privacy = JobPrivacy.open(population.exp, tune, population.runner.num_train_clients, plan)
+        self.stop_reason = self.privacy.refusal(tune.num_configs)
 
     def resume(self) -> None:
         """The population of the last finished round; the member log loses what came after it."""
         saved = load_population(self.checkpoint_file, self.cfg)
         self.round, self.rows, self.elapsed, self.halted = saved.round, saved.rows, saved.elapsed, saved.halted
         self.population.members, self.population.tried = saved.members, saved.tried
+        self.privacy.rounds = saved.dp_rounds
+        self.stop_reason = self.privacy.refusal(sum(m.alive for m in saved.members))
         if self.members_log.is_file():
             kept = [line for line in self.members_log.read_text().splitlines() if _round_of(line) <= self.round]
             atomic_write_text(self.members_log, "".join(line + "\n" for line in kept))
             self.client_rounds = json.loads(kept[-1]).get("client_rounds", 0) if kept else 0
 
     def stopped(self) -> bool:
-        return self.halted is not None
+        return self.halted is not None or self.stop_reason is not None
 
     def restore(self) -> None:
         """Nothing to write: the job starts with the population's checkpoint and every round's commit writes it,
@@ -127,7 +133,7 @@ class TuningJob(RoundDriver[TuneResult]):
     def conclude(self, signals: StopSignals) -> TuneResult:
         """The final choice and its files when the job has ended (its last round, or a halt); not held back from
         a Ctrl-C, which stops it (it evaluates and finetunes: long), and a resume does it again."""
-        ended = self.round >= self.cfg.rounds or self.halted
+        ended = self.round >= self.cfg.rounds or self.halted or self.stop_reason
         return self.finish() if ended else TuneResult(self.dir.path, self.round, {})
 
     def play(self, rnd: int) -> float | None:
@@ -137,6 +143,7 @@ class TuningJob(RoundDriver[TuneResult]):
         pop = self.population
         trained = [m for m in pop.members if m.alive]
         pop.train_round(rnd)
+        self.rows += self.privacy.spend(rnd, len(trained))  # privacy.dp: epsilon after this round's member-rounds
         if not any(m.alive and m.history and math.isfinite(m.history[-1]) for m in pop.members):
             self.halt(rnd, trained)
             return None
@@ -189,6 +196,7 @@ class TuningJob(RoundDriver[TuneResult]):
                                       "born": m.born, "score": m.history[-1] if m.history else None,
                                       **m.values(pop.space), "local": local,
                                       "client_rounds": self.client_rounds}) + "\n")
+        self.stop_reason = self.privacy.refusal(sum(m.alive for m in pop.members))  # before the next is sent
         self.save()
         self._phase("checkpoint_saved", rnd)
         self.dir.write_metrics(self.rows)
@@ -198,7 +206,8 @@ class TuningJob(RoundDriver[TuneResult]):
         """The population checkpoint of round `round` (round 0: as it starts, so a stop in round 1 resumes)."""
         pop = self.population
         save_population(self.checkpoint_file, self.cfg,
-                        SavedPopulation(self.round, pop.members, pop.tried, self.rows, self.elapsed, self.halted))
+                        SavedPopulation(self.round, pop.members, pop.tried, self.rows, self.elapsed, self.halted,
+                                        self.privacy.rounds))
 
     def status(self) -> str | None:
         """Live configurations, the generation (FedPop-G rounds so far; SHA's stage without FedPop-G) and the
@@ -245,7 +254,8 @@ class TuningJob(RoundDriver[TuneResult]):
                             "selected": chosen.slot, "select": self.tune.select, "values": chosen.values(pop.space),
                             "accuracy": {str(m.slot): a for m, a in zip(live, accuracy, strict=True)},
                             "client_rounds": self.client_rounds,
-                            "tried_alpha": tried_alpha, "tried_beta": tried_beta, "finetuned": finetuned}}
+                            "tried_alpha": tried_alpha, "tried_beta": tried_beta, "finetuned": finetuned},
+                   **self.privacy.facts(self.stop_reason)}
         self.dir.write_summary(summary)
         return TuneResult(self.dir.path, self.round, summary)
 

@@ -204,7 +204,19 @@ def tuned_record(job: TunedJob) -> JSONDict:
             "space": {k: ({"type": d.kind, "values": list(d.grid)} if d.discrete else
                           {"type": d.kind, "low": d.low, "high": d.high}) for k, d in dims.items()},
             "chosen": chosen["values"], "val_score": chosen.get("accuracy", {}).get(str(chosen["selected"])),
-            "members": len(tried), "diverged": summary["diverged"], "selection": chosen["select"]}
+            "members": len(tried), "diverged": summary["diverged"], "selection": chosen["select"],
+            **_privacy(summary)}
+
+
+def _privacy(summary: JSONDict) -> JSONDict:
+    """tuned.json's `privacy` under privacy.dp: the tuning job's (epsilon, delta) over all its member-rounds; each
+    re-run on a fresh seed spends its own (its summary.json), on top (docs/tune.md)."""
+    if "privacy" not in summary:
+        return {}
+    facts = summary["privacy"]
+    return {"privacy": {"tuning_epsilon": facts["epsilon"], "delta": facts["delta"],
+                        "member_rounds": facts["member_rounds"], "accountant": facts["accountant"],
+                        "stopped": facts["stopped"]}}
 
 
 def check_lines(plan: TunedPlan) -> list[str]:
