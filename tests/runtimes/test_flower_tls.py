@@ -72,6 +72,26 @@ def test_deployment_over_tls(tmp_path) -> None:
     assert "root-certificates" in config and "insecure" not in config
 
 
+def test_process_isolation_starts_a_superexec_beside_the_link_and_each_node(tmp_path, monkeypatch) -> None:
+    """isolation "process": the SuperLink's SuperExec verifies it with the CA, each SuperNode's serves that node's
+    Runtime API port --insecure (its own loopback); the commands only, no process is started."""
+    from fedhet.runtimes.flower import federation as module
+
+    started: dict[str, list[str]] = {}
+    monkeypatch.setattr(module.LocalFederation, "_spawn", lambda self, name, args: started.setdefault(name, args))
+    monkeypatch.setattr(module, "wait_for_port", lambda *_: None)
+    tls = make_self_signed(tmp_path / "tls")
+    federation = module.LocalFederation(2, tmp_path / "work", tls=tls, isolation="process").start()
+    assert set(started) == {"superlink", "superexec-link", "supernode-0", "superexec-0", "supernode-1", "superexec-1"}
+    assert started["superexec-link"][1:] == ["--root-certificates", str(tls.ca), "--runtime-api-address",
+                                             federation.address]
+    for i in (0, 1):
+        node = started[f"supernode-{i}"]
+        assert node[node.index("--superlink") + 1] == federation.address
+        runtime_api = f"127.0.0.1:{node[node.index('--port') + 1]}"
+        assert started[f"superexec-{i}"][1:] == ["--insecure", "--runtime-api-address", runtime_api]
+
+
 def test_supernode_auth_needs_tls(tmp_path) -> None:
     from fedhet.errors import ConfigError
     from fedhet.runtimes.flower.federation import LocalFederation

@@ -35,6 +35,18 @@ def node_security(tls: TlsFiles | None) -> list[str]:
     return ["--insecure"] if tls is None else ["--root-certificates", str(tls.ca)]
 
 
+def superexec(port: int, tls: TlsFiles | None) -> list[str]:
+    """`flower-superexec` for the Runtime API on `port` (isolation "process"), verifying it with `tls`'s CA."""
+    return [executable("flower-superexec"), *node_security(tls), "--runtime-api-address", f"127.0.0.1:{port}"]
+
+
+def write_connection(flwr_home: Path, address: str, tls: TlsFiles | None) -> None:
+    """Flower's CLI config (FLWR_HOME/config.toml) with the SuperLink at `address` as the default connection."""
+    security = "insecure = true" if tls is None else f"root-certificates = {toml_string(str(tls.ca))}"
+    (flwr_home / "config.toml").write_text(f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+                                           f'address = "{address}"\n{security}\n')
+
+
 TASK_POLL_INTERVAL = 0.2  # seconds; Flower's default is 1 s (docs/results/runtimes.md, "Deployment speed")
 ISOLATIONS = ("subprocess", "process")
 
@@ -66,28 +78,23 @@ class LocalFederation:
         self.workers, self.isolation, self.supernode_auth = workers, isolation, supernode_auth
         self._socket_dir: Path | None = None
         self.port = port or free_port()
-        self.extra_node_config = extra_node_config
-        self.tls = tls
-        self.flwr_home = self.workdir / "flwr-home"
-        self.logs = self.workdir / "logs"
-        self.node_keys = self.workdir / "node-keys"
+        self.address = f"127.0.0.1:{self.port}"
+        self.extra_node_config, self.tls = extra_node_config, tls
+        self.flwr_home, self.logs, self.node_keys = (self.workdir / "flwr-home", self.workdir / "logs",
+                                                     self.workdir / "node-keys")
         self.procs: list[subprocess.Popen[bytes]] = []
-        self._spawned: dict[subprocess.Popen[bytes], tuple[str, list[str]]] = {}  # process -> (name, command)
+        self._latest: dict[str, subprocess.Popen[bytes]] = {}  # name ("supernode-0", ...) -> its latest process
         self.env = {"FLWR_TELEMETRY_ENABLED": "0", **os.environ, "FLWR_HOME": str(self.flwr_home),
                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
         if task_poll_interval is not None:
             self.env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = str(task_poll_interval)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         out = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=self.workdir,
                                 start_new_session=True)  # own process group: stop() takes its children too
         out.close()
-        self._spawned[proc] = (name, args)
+        self._latest[name] = proc
         self.procs.append(proc)
         return proc
 
@@ -102,9 +109,8 @@ class LocalFederation:
                                              "--disable-runtime-dependency-installation"])
             wait_for_port(self.port, timeout, link, self.logs / "superlink.log")
             if self.isolation == "process":
-                tls = [] if self.tls is None else ["--root-certificates", str(self.tls.ca)]
-                self._start_superexec("superexec-link", self.port, tls)
-            self.write_connection()
+                self._spawn("superexec-link", superexec(self.port, self.tls))
+            write_connection(self.flwr_home, self.address, self.tls)
             if self.supernode_auth:
                 keys = [make_node_key(self.node_keys, f"node{i}")[1] for i in range(self.num_nodes)]
                 register_node_keys(executable("flwr"), keys, CONNECTION, self.env, self.workdir)
@@ -116,11 +122,6 @@ class LocalFederation:
             self.stop()
             raise
         return self
-
-    def _start_superexec(self, name: str, port: int, security: list[str]) -> subprocess.Popen[bytes]:
-        """`flower-superexec` for the Runtime API on `port` (isolation "process")."""
-        return self._spawn(name, [executable("flower-superexec"), *(security or ["--insecure"]),
-                                  "--runtime-api-address", f"127.0.0.1:{port}"])
 
     def worker_socket(self, partition: int) -> Path:
         """`<workdir>/workers/node<i>.sock`, or under a short temporary folder when that path is too long for
@@ -159,13 +160,12 @@ class LocalFederation:
                                                       "--superlink", self.address, "--isolation", self.isolation,
                                                       "--port", str(runtime_port), "--node-config", node_config])
         if self.isolation == "process":
-            self._start_superexec(f"superexec-{partition}", runtime_port, [])
+            self._spawn(f"superexec-{partition}", superexec(runtime_port, None))
         return node
 
     def node_process(self, partition: int, kind: str = "supernode") -> subprocess.Popen[bytes]:
         """The latest process `kind` ("supernode", "superexec", "worker") started for `partition`."""
-        name = f"{kind}-{partition}"
-        proc = next((p for p in reversed(self.procs) if self._spawned[p][0] == name), None)
+        proc = self._latest.get(f"{kind}-{partition}")
         if proc is None:
             raise FedhetError(f"no {kind} was started for partition {partition}")
         return proc
@@ -179,25 +179,11 @@ class LocalFederation:
             signal_group(proc, sig)
             proc.wait(timeout=30)
 
-    def write_connection(self) -> Path:
-        """Flower's CLI config (FLWR_HOME/config.toml) with this SuperLink as the default connection."""
-        path = self.flwr_home / "config.toml"
-        security = "insecure = true" if self.tls is None else f"root-certificates = {toml_string(str(self.tls.ca))}"
-        path.write_text(f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-                        f'address = "{self.address}"\n{security}\n')
-        return path
-
-    def check_alive(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is not None:
-                raise FedhetError(f"a Flower process exited early ({self._spawned[proc][1][0]}, code "
-                                  f"{proc.returncode}); see the logs in {self.logs}")
-
     def stop(self, grace: float = 10.0) -> None:
         """Stop every process this federation started and all their descendants (`stop_process_trees`)."""
         stop_process_trees(self.procs, grace)
         self.procs.clear()
-        self._spawned.clear()
+        self._latest.clear()
         if self._socket_dir is not None:  # the short folder of worker sockets (see worker_socket)
             shutil.rmtree(self._socket_dir, ignore_errors=True)
 
