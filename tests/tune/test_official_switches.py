@@ -18,7 +18,7 @@ from fedhet.engine.experiment import build_experiment
 from fedhet.tune import population as population_module
 from fedhet.tune.config import resolve_space, tune_config
 from fedhet.tune.fedex import FedExState, fedex_start, fedex_step
-from fedhet.tune.population import Population
+from fedhet.tune.population import Population, plan_round
 from fedhet.tune.run import run_tuning
 from fedhet.tune.wrappers import best_slot
 
@@ -122,7 +122,13 @@ def test_fedpop_g_new_beta0_takes_twice_eps0_or_the_annealed_eps(monkeypatch: py
 def test_per_member_sampling_draws_each_members_own_clients() -> None:
     pop = started("tune.configs=3", "tune.sampling=per_member", "data.num_clients=8", "data.partition=iid")
     shared = [0, 1, 2, 3]
-    drawn = [pop.sample(m, 1, shared) for m in pop.members]
+    drawn = [clients_of(pop, m, shared) for m in pop.members]
     assert all(len(d) == 4 == len(set(d)) and d == sorted(d) for d in drawn) and len({tuple(d) for d in drawn}) > 1
-    assert drawn == [pop.sample(m, 1, shared) for m in pop.members]  # re-derived from the seed
-    assert started("tune.configs=3").sample(pop.members[0], 1, shared) == shared  # shared: the round's sample
+    assert drawn == [clients_of(pop, m, shared) for m in pop.members]  # re-derived from the seed
+    same = started("tune.configs=3")
+    assert clients_of(same, same.members[0], shared) == shared  # tune.sampling: shared: the round's sample
+
+
+def clients_of(pop: Population, member: Any, shared: list[int]) -> list[int]:
+    """The clients `member` trains in round 1 when the round's sample is `shared`."""
+    return list(plan_round(pop, member, 1, shared).messages)

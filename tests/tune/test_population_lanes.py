@@ -68,7 +68,7 @@ def test_one_step_of_lanes_with_their_own_hyperparameters_matches_each_client_al
     pop = Population(build_experiment(cfg), tune, resolve_space(tune))
     pop.start()
     plans = [plan_round(pop, member, 1, [0, 1]) for member in pop.members[:2]]
-    jobs = [FitJob(plan.copies[cid], cid, msg, pop.base.init_client(cid)) for plan in plans
+    jobs = [FitJob(plan.copies[cid], cid, msg, pop.exp.algorithm.init_client(cid)) for plan in plans
             for cid, msg in plan.messages.items()]
     assert len({(job.alg.train_cfg.lr, job.alg.params.mu, job.alg.train_cfg.batch_size) for job in jobs}) == 4
     runner = pop.runner

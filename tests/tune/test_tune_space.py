@@ -13,6 +13,7 @@ import yaml
 
 from fedhet.config import ExperimentConfig, load_config
 from fedhet.errors import ConfigError
+from fedhet.models import SplitModel
 from fedhet.tune import (
     PRESETS,
     apply_vector,
@@ -189,3 +190,19 @@ def test_the_documented_example_is_a_valid_space(tmp_path: Path) -> None:
     space = load_space(path)
     check_space(space, cfg("method=fedprox"))
     assert {"server.lr", "train.lr", "train.batch_size", "method_args.mu"} <= set(space.joint.dims)
+
+
+def test_an_unannotated_plug_in_model_argument_is_tunable_with_any_dimension_kind() -> None:
+    """A plug-in model's keyword argument without an annotation is a tunable key typed `object`: any kind fits."""
+    from fedhet.models import register_model
+    from fedhet.tune import tunable_keys
+    from fedhet.tune.keys import check_kind
+
+    register_model("test_unannotated_width")(_loose)
+    keys = tunable_keys(cfg("model.name=test_unannotated_width"))
+    assert keys["model.args.width"] is object
+    check_kind("model.args.width", keys["model.args.width"], "uniform", discrete=False)  # nothing to refuse
+
+
+def _loose(num_classes: int, input_shape: tuple[int, ...], pretrained: bool, *, width=8) -> SplitModel:  # type: ignore[no-untyped-def]
+    raise AssertionError("never built here")

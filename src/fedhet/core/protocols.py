@@ -7,11 +7,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sized
 from typing import Any, Protocol
 
 from torch.utils.data import Dataset
 
 SampleSet = Dataset[Any]  # Any: a torch Dataset's items, (x, y) pairs whose x varies by modality (images, tokens, ...)
+
+
+def num_samples(data: SampleSet | None) -> int:
+    """How many samples `data` holds (None: 0). torch's `Dataset` type declares no `__len__`; every fedhet split
+    is a map-style dataset that has one, which this checks."""
+    if data is None:
+        return 0
+    if not isinstance(data, Sized):
+        raise TypeError(f"{type(data).__name__} is a dataset without a length; fedhet needs map-style datasets")
+    return len(data)
 
 
 class ClientSplits(Protocol):

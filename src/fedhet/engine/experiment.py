@@ -73,10 +73,11 @@ class Experiment:
     model_fn: Callable[[], SplitModel]
     arrangement: Arrangement
 
-    def init_server(self) -> ServerState:
-        """The algorithm's initial server state, drawn from the run's seed (every runtime starts from it)."""
+    def init_server(self, algorithm: AnyAlgorithm | None = None) -> ServerState:
+        """The algorithm's (or a tuning member's copy `algorithm`'s) initial server state, drawn from the run's
+        seed (every runtime starts from it)."""
         with seeded(self.config.seed, "server-init"):
-            server: ServerState = self.algorithm.init_server()
+            server: ServerState = (self.algorithm if algorithm is None else algorithm).init_server()
         return server
 
     def round_info(self, rnd: int) -> RoundInfo:

@@ -50,7 +50,8 @@ def tunable_keys(cfg: ExperimentConfig) -> dict[str, Any]:  # Any: typing annota
                 inner = get_type_hints(hints[f.name])
                 keys.update({f"{section}.{f.name}.{g.name}": inner[g.name] for g in dataclasses.fields(hints[f.name])})
     factory_hints = get_type_hints(MODELS.get(cfg.model.name))
-    keys.update({f"model.args.{name}": factory_hints.get(name, Any) for name in model_args(cfg.model.name)})
+    # an unannotated argument: `object`, any value (check_kind has nothing to check)
+    keys.update({f"model.args.{name}": factory_hints.get(name, object) for name in model_args(cfg.model.name)})
     return keys
 
 

@@ -19,9 +19,9 @@ import statistics
 
 import numpy as np
 
-from fedhet.algorithms.base import AnyAlgorithm
-from fedhet.core.contract import ClientState, ServerState
+from fedhet.core.contract import ClientState
 from fedhet.core.messages import Reply
+from fedhet.core.protocols import num_samples
 from fedhet.core.seeding import FINETUNE, numpy_rng, seeded
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.local import evaluate_client
@@ -46,7 +46,6 @@ class Population:
 
     def __init__(self, exp: Experiment, tune: TuneConfig, space: SearchSpace) -> None:
         self.exp, self.tune, self.space = exp, tune, space
-        self.base = exp.algorithm
         self.copies = MethodCopies(exp, space)
         self.copies.check_builds()
         self.runner = make_executor(exp)  # the one factory `fedhet run` uses (run.runtime)
@@ -69,7 +68,7 @@ class Population:
             vectors = [(self.space.server.sample(rng), self.space.client.sample(rng))
                        for _ in range(self.tune.num_configs)]
         self.members = [Member(slot=i, alpha=dict(alpha), beta0=dict(beta0),
-                               server=initial_server(self.copies.of(alpha, beta0), self.exp.config.seed))
+                               server=self.exp.init_server(self.copies.of(alpha, beta0)))
                         for i, (alpha, beta0) in enumerate(vectors)]
 
     def local_vectors(self, member: Member, rnd: int, k: int) -> list[HPVector]:
@@ -87,7 +86,7 @@ class Population:
             drawn = fedex_draw(member.fedex, k, self.rng("fedex", rnd, member.slot))
             member.betas = [dict(member.fedex.candidates[j]) for j in drawn]
             return member.betas
-        if self.tune.clients == "fixed" or not self.space.client.dims:
+        if t.clients == "fixed" or not self.space.client.dims:
             return [dict(member.beta0) for _ in range(k)]
         if len(member.betas) != k:
             member.betas = delta_ball(self.space.client, member.beta0, k, self.rng("ball", rnd, member.slot))
@@ -100,8 +99,7 @@ class Population:
     def play_round(self, rnd: int) -> None:
         """`train_round`, then FedPop-G if this is one of its rounds."""
         self.train_round(rnd)
-        if global_search_due(self, rnd):
-            self.global_search(rnd)
+        self.global_search(rnd)
 
     def train_round(self, rnd: int) -> None:
         """One communication round of every live member (Alg. 1, lines 'for i in 1..N_c'): broadcasts, the
@@ -109,8 +107,7 @@ class Population:
         lanes with `run.runtime: batched`), then each member's aggregation and FedPop-L / FedEx. The members'
         scores of this round are appended to their histories and kept per client in `last_scores`."""
         sampled = sample_round(self.exp, self.runner.num_train_clients, rnd)
-        plans = [plan_round(self, member, rnd, self.sample(member, rnd, sampled)) for member in self.members
-                 if member.alive]
+        plans = [plan_round(self, member, rnd, sampled) for member in self.members if member.alive]
         self.trained_betas = {plan.member.slot: [dict(b) for b in plan.betas] for plan in plans}  # the HP log's
         for plan in plans:  # Table 1 counts every vector that trains, whether or not its training diverges
             self.tried.note(plan.member.alpha, plan.betas)
@@ -129,29 +126,24 @@ class Population:
             member.clients = {**member.clients, **result[1]}  # only clients that trained keep a state
             self.after_training(member, rnd, trained.replies)
 
-    def sample(self, member: Member, rnd: int, shared: list[int]) -> list[int]:
-        """The member's active clients: the round's `shared` sample, or (`tune.sampling: per_member`, the official
-        code's) as many drawn for this member alone, without replacement, from its own stream."""
-        if self.tune.sampling == "shared":
-            return shared
-        pool = self.exp.arrangement.pool(self.runner.num_train_clients)
-        chosen = self.rng("sample", rnd, member.slot).choice(len(pool), size=len(shared), replace=False)
-        return [pool[int(i)] for i in sorted(chosen)]
-
     def after_training(self, member: Member, rnd: int, replies: list[Reply]) -> None:
-        """The member's score of this round and its searches: FedPop-L, or FedEx's step."""
+        """The member's score of this round and its searches: FedPop-L, or FedEx's exponentiated-gradient step
+        on the validation errors of this round's draws (beta^0 is its most likely candidate afterwards)."""
         scores = [float(r.message.scalars[CHECK_LOSS]) for r in replies]
         self.last_scores[member.slot] = scores
         finite = [x for x in scores if math.isfinite(x)]  # a client with no validation data has none
         member.history.append(statistics.fmean(finite) if finite else math.inf)
-        sizes = [len(self.exp.data.clients[r.client_id].val) for r in replies]  # type: ignore[arg-type]
+        sizes = [num_samples(self.exp.data.clients[r.client_id].val) for r in replies]
         weighted = [(x, n) for x, n in zip(scores, sizes, strict=True) if math.isfinite(x) and n]
         member.weighted_last = (sum(x * n for x, n in weighted) / sum(n for _, n in weighted) if weighted
                                 else math.inf)
         if self.tune.fedpop_l and self.tune.clients == "ball" and self.space.client.dims:
             self.local_search(member, rnd, scores)  # (a space without client values has no local search)
-        if member.fedex is not None:  # FedEx: theta steps on the active clients' validation errors
-            self.fedex_update(member, rnd, replies)
+        if member.fedex is not None:  # the draw `local_vectors` made: the round's stream, theta has not moved since
+            chosen = fedex_draw(member.fedex, len(replies), self.rng("fedex", rnd, member.slot))
+            errors = [1.0 - float(r.message.scalars["check_accuracy"]) for r in replies]
+            member.fedex = fedex_step(member.fedex, chosen, errors, sizes)
+            member.beta0 = member.fedex.mle()
 
     def diverged(self, member: Member, rnd: int, why: str) -> None:
         """A member whose training diverged keeps its last finite state and scores +inf this round, so FedPop-G
@@ -183,22 +175,14 @@ class Population:
                                                                              strict=True)]
         member.betas = betas
 
-    def fedex_update(self, member: Member, rnd: int, replies: list[Reply]) -> None:
-        """One exponentiated-gradient step of the member's FedEx distribution on this round's draws (each reply's
-        validation error after local training); beta^0 is its most likely candidate afterwards."""
-        assert member.fedex is not None
-        # the draw `local_vectors` made: the round's own stream, and theta has not moved since
-        chosen = fedex_draw(member.fedex, len(replies), self.rng("fedex", rnd, member.slot))
-        errors = [1.0 - float(r.message.scalars["check_accuracy"]) for r in replies]
-        weights = [len(self.exp.data.clients[r.client_id].val) for r in replies]  # type: ignore[arg-type]
-        member.fedex = fedex_step(member.fedex, chosen, errors, weights)
-        member.beta0 = member.fedex.mle()
-
     def global_search(self, rnd: int) -> None:
-        """FedPop-G (Alg. 1): the bottom group of the live members by their score (`tune.split`) take a top member's
+        """FedPop-G (Alg. 1) if `tune.fedpop_g` and `rnd` is one of its rounds (every T_g rounds and the last,
+        fedpop.is_g_round): the bottom group of the live members by their score (`tune.split`) take a top member's
         weights, server state (its optimizer's too) and client states, and Evo of its (alpha, beta^0) except its
         build-time values (tune/keys.py), which come with the weights; their local vectors are resampled next
         round and their score history restarts."""
+        if not (self.tune.fedpop_g and is_g_round(rnd, self.t_g, last=self.exp.config.rounds)):
+            return
         live = [m for m in self.members if m.alive]
         t, rounds = self.tune, self.exp.config.rounds
         scores = member_scores(t, self.t_g, live)
@@ -223,20 +207,19 @@ class Population:
         """The member's deployed models on every client's `split` (its centre beta^0's method deploys)."""
         self.runner.alg = self.copies.of(member.alpha, member.beta0)
         self.runner.set_states(self.states_of(member))
-        info = self.exp.round_info(rnd)
-        pool = range(len(self.exp.data.clients))
-        messages = {cid: self.runner.alg.broadcast(member.server, info, cid) for cid in pool}
-        return self.runner.evaluate(rnd, messages, split)
+        pool = list(range(len(self.exp.data.clients)))
+        return self.runner.evaluate(rnd, broadcast_round(self.exp, self.runner.alg, member.server, rnd, pool), split)
 
     def finetuned(self, member: Member, rnd: int) -> dict[str, dict[str, float]]:
         """The paper's "finetuned" accuracy (§2.11): every client trains the member's global model once with
         the member's beta^0 (Loc(beta^0)) and is scored on its own test split; nothing is kept. The clients train
         as lanes on the batched runtime, each on its own (seed, round, client, "finetune") stream. A client whose
         finetuning diverges keeps the global model (what a user would deploy), marked `diverged: 1.0`."""
-        center = self.copies.of(member.alpha, member.beta0)
-        info, states = self.exp.round_info(rnd), self.states_of(member)
-        jobs = [FitJob(center, cid, center.broadcast(member.server, info, cid), states[cid], FINETUNE, client, "test")
-                for cid, client in enumerate(self.exp.data.clients) if client.test is not None and cid in states]
+        center, states = self.copies.of(member.alpha, member.beta0), self.states_of(member)
+        clients = self.exp.data.clients
+        tested = [cid for cid, client in enumerate(clients) if client.test is not None and cid in states]
+        messages = broadcast_round(self.exp, center, member.server, rnd, tested)
+        jobs = [FitJob(center, cid, msg, states[cid], FINETUNE, clients[cid], "test") for cid, msg in messages.items()]
         results = {}
         for job, reply in zip(jobs, [out.reply for out in self.runner.fit_jobs(rnd, jobs)], strict=True):
             assert job.data is not None and job.data.test is not None  # the jobs' own
@@ -250,13 +233,6 @@ class Population:
         return results
 
 
-def initial_server(center: AnyAlgorithm, seed: int) -> ServerState:
-    """A member's initial server state from its own method copy, drawn as `Experiment.init_server` draws it."""
-    with seeded(seed, "server-init"):
-        server: ServerState = center.init_server()
-    return server
-
-
 def member_scores(tune: TuneConfig, t_g: int, members: list[Member]) -> list[float]:
     """FedPop-G's and SHA's score of each member (lower is better): `tune.score` over its history since its
     (re)initialisation, the last T_g rounds (Eq. 5); `last_weighted`: its last round's validation-size-weighted
@@ -266,13 +242,15 @@ def member_scores(tune: TuneConfig, t_g: int, members: list[Member]) -> list[flo
     return [member_score(m.history, tune.score, tune.gamma_g, window=t_g) for m in members]
 
 
-def global_search_due(pop: Population, rnd: int) -> bool:
-    """Whether FedPop-G runs after round `rnd` (every T_g rounds and after the last, fedpop.is_g_round)."""
-    return pop.tune.fedpop_g and is_g_round(rnd, pop.t_g, last=pop.exp.config.rounds)
-
-
-def plan_round(pop: Population, member: Member, rnd: int, sampled: list[int]) -> MemberRound:
-    """The member's local vectors, method copies and messages for round `rnd`."""
+def plan_round(pop: Population, member: Member, rnd: int, shared: list[int]) -> MemberRound:
+    """The member's round `rnd`: its active clients (the round's `shared` sample, or with `tune.sampling:
+    per_member`, the official code's, as many drawn for it alone, without replacement, from its own stream),
+    their local vectors and method copies, and its messages."""
+    sampled = shared
+    if pop.tune.sampling != "shared":
+        pool = pop.exp.arrangement.pool(pop.runner.num_train_clients)
+        chosen = pop.rng("sample", rnd, member.slot).choice(len(pool), size=len(shared), replace=False)
+        sampled = [pool[int(i)] for i in sorted(chosen)]
     betas = pop.local_vectors(member, rnd, len(sampled))
     copies = {cid: pop.copies.of(member.alpha, beta) for cid, beta in zip(sampled, betas, strict=True)}
     center = pop.copies.of(member.alpha, member.beta0)

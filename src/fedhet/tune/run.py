@@ -37,7 +37,7 @@ from fedhet.tune.checkpoint import FILENAME, SavedPopulation, load_population, s
 from fedhet.tune.config import TuneConfig, resolve_space, tune_config
 from fedhet.tune.fedpop import is_g_round
 from fedhet.tune.member import Member
-from fedhet.tune.population import Population, global_search_due, member_scores
+from fedhet.tune.population import Population, member_scores
 from fedhet.tune.privacy import JobPrivacy
 from fedhet.tune.wrappers import best_slot, check_rs_budget, sha_rounds, survivors
 from fedhet.yaml_input import JSONDict
@@ -149,11 +149,10 @@ class TuningJob(RoundDriver[TuneResult]):
             return None
         if rnd in self.plan:
             live = [m for m in pop.members if m.alive]
-            kept = set(survivors([m.slot for m in live], self.scores(live), self.tune.eta))
+            kept = set(survivors([m.slot for m in live], member_scores(self.tune, pop.t_g, live), self.tune.eta))
             for member in live:
                 member.alive = member.slot in kept
-        if global_search_due(pop, rnd):
-            pop.global_search(rnd)
+        pop.global_search(rnd)  # if due
         if rnd % self.cfg.eval.every == 0 or rnd == self.cfg.rounds:
             self.rows += client_rows(rnd, "test", pop.evaluate(self.leader(), rnd, "test"))
         return None
@@ -173,13 +172,11 @@ class TuningJob(RoundDriver[TuneResult]):
         self.halted = rnd
         self.rows += client_rows(rnd, "test", self.population.evaluate(self.leader(), rnd, "test"))  # the curve's end
 
-    def scores(self, members: list[Member]) -> list[float]:
-        return member_scores(self.tune, self.population.t_g, members)
-
     def leader(self) -> Member:
         """The live member with the lowest score (ties: the lower slot)."""
         live = [m for m in self.population.members if m.alive and m.history]
-        return min(zip(self.scores(live), (m.slot for m in live), live, strict=True))[2]
+        scores = member_scores(self.tune, self.population.t_g, live)
+        return min(zip(scores, (m.slot for m in live), live, strict=True))[2]
 
     def commit(self, rnd: int, last: int) -> None:
         """Round `rnd`'s lines of the member log (a history the checkpoint does not hold: written first, so a
@@ -246,7 +243,7 @@ class TuningJob(RoundDriver[TuneResult]):
         tried_alpha, tried_beta = pop.tried.counts()
         summary = {"name": cfg.name, "method": cfg.method, "label": cfg.variant, "dataset": cfg.data.dataset,
                    "seed": cfg.seed, "rounds": cfg.rounds, "rounds_completed": self.round, "halted": self.halted,
-                   "selection": split, "diverged": self.diverged(),
+                   "selection": split, "diverged": _diverged(self.members_log),
                    "personalized": pop.copies.build(chosen.alpha).personalized,  # its own build (EmbNoise: local_bn)
                    "final": final, "wall_time_s": self.elapsed,
                    "round_time_s": self.elapsed / max(self.round, 1), "device": str(pop.exp.device),
@@ -259,12 +256,13 @@ class TuningJob(RoundDriver[TuneResult]):
         self.dir.write_summary(summary)
         return TuneResult(self.dir.path, self.round, summary)
 
-    def diverged(self) -> int:
-        """The configurations that scored +inf in some round (their training diverged): distinct (slot, born)
-        pairs of the member log, so a slot FedPop-G re-initialised counts once per configuration."""
-        lines = self.members_log.read_text().splitlines() if self.members_log.is_file() else []
-        rows = [json.loads(line) for line in lines]
-        return len({(r["slot"], r["born"]) for r in rows if r["score"] is not None and math.isinf(r["score"])})
+
+def _diverged(members_log: Path) -> int:
+    """The configurations that scored +inf in some round (their training diverged): distinct (slot, born) pairs
+    of the member log, so a slot FedPop-G re-initialised counts once per configuration."""
+    lines = members_log.read_text().splitlines() if members_log.is_file() else []
+    rows = [json.loads(line) for line in lines]
+    return len({(r["slot"], r["born"]) for r in rows if r["score"] is not None and math.isinf(r["score"])})
 
 
 def _mean(values: list[float]) -> float:
