@@ -1,5 +1,7 @@
 """`fedhet privacy RUN_DIR [--split-members train] [--split-nonmembers test] [-q]`: membership inference on a
-run's deployed models (rundir.py), a table on stdout and privacy.json in the run directory.
+run's deployed models (rundir.py), a table on stdout and privacy.json in the run directory. `--view server`: the
+same attack on what each client uploads (server_view.py); `--attack inversion [--client NAME] [--batch B]
+[--steps K] [--iters N] [--method dlg|ig]`: reconstruct a client's images from its upload (invert_run.py).
 
 Registered by one line in `fedhet.cli_parser.build_parser`; torch and the engine are imported only when the
 command runs, so `fedhet --help` stays fast."""
@@ -23,9 +25,19 @@ COLUMNS = (("loss gap", "loss", "gap"), ("entropy gap", "entropy", "gap"), ("los
 
 def add_privacy_parser(sub: Subparsers) -> None:
     """Add the `privacy` subcommand to the `fedhet` parser."""
-    privacy = sub.add_parser("privacy", help="membership inference on a run's deployed models (loss / entropy gaps "
-                                             "and threshold attacks): fedhet privacy RUN_DIR")
+    privacy = sub.add_parser("privacy", help="attacks on a run: membership inference on its deployed models or on "
+                                             "its clients' uploads, inversion of an upload: fedhet privacy RUN_DIR")
     privacy.add_argument("run_dir", help="a run directory (runs/<name>/<dataset>/<method>/seed<k>) with a checkpoint")
+    privacy.add_argument("--attack", default="membership", choices=("membership", "inversion"),
+                         help="membership inference (default) or inversion of one client's upload")
+    privacy.add_argument("--view", default="deployed", choices=("deployed", "server"),
+                         help="membership: attack each client's deployed model (default) or what it uploads")
+    privacy.add_argument("--client", default=None, help="inversion: the client attacked (default: the first)")
+    privacy.add_argument("--batch", type=int, default=1, help="inversion: images in the attacked batch (default 1)")
+    privacy.add_argument("--steps", type=int, default=1, help="inversion: local SGD steps on it (default 1)")
+    privacy.add_argument("--iters", type=int, default=500, help="inversion: attack iterations (default 500)")
+    privacy.add_argument("--method", default="ig", choices=("dlg", "ig"),
+                         help="inversion: dlg (L2, L-BFGS) or ig (cosine + TV, Adam; default)")
     privacy.add_argument("--split-members", default="train", choices=("train", "val", "test"),
                          help="each client's split whose samples count as members (default: train)")
     privacy.add_argument("--split-nonmembers", default="test", choices=("train", "val", "test"),
@@ -51,11 +63,48 @@ def format_result(result: JSONDict) -> list[str]:
     return lines
 
 
-def cmd_privacy(args: argparse.Namespace) -> int:
-    """Run the evaluation, print the table and where privacy.json is."""
-    from fedhet.privacy.rundir import PRIVACY_FILE, evaluate_run
+def format_server_view(result: JSONDict) -> list[str]:
+    """The table of `--view server`: per client, avg and pooled, the uploaded model's loss attack and the
+    calibrated loss change."""
+    lines = [f"{'client':<16} {'members':>8} {'non-mem':>8} {'loss gap':>9} {'loss AUC':>9} {'change AUC':>11} "
+             f"{'change acc':>11}"]
+    for name, r in {**result["clients"], "avg": result["avg"], "pooled": result["pooled"]}.items():
+        lines.append(f"{name:<16} {r['num_members']:>8} {r['num_nonmembers']:>8} {r['loss']['gap']:>9.4f} "
+                     f"{r['loss']['auc']:>9.4f} {r['loss_change']['auc']:>11.4f} "
+                     f"{r['loss_change']['attack_accuracy']:>11.4f}")
+    return [f"server view: the uploads of round {result['attacked_round']} (loss change = uploaded - global)", *lines]
 
-    result = evaluate_run(args.run_dir, args.split_members, args.split_nonmembers, progress=not args.quiet)
-    print("\n".join(format_result(result)))
+
+def format_inversion(result: JSONDict) -> list[str]:
+    """The table of `--attack inversion`: one row per true image, then the means."""
+    lines = [f"inversion ({result['inversion']}, {result['iters']} iterations) of client {result['client']}'s "
+             f"upload, batch {result['batch']}, {result['steps']} local step(s), labels {result['labels']}",
+             f"{'image':>6} {'match':>6} {'PSNR dB':>8} {'SSIM':>7}"]
+    for i, m in enumerate(result["images"]):
+        lines.append(f"{i:>6} {m['match']:>6} {m['psnr']:>8.2f} {m['ssim']:>7.4f}")
+    lines.append(f"{'mean':>6} {'':>6} {result['psnr']:>8.2f} {result['ssim']:>7.4f}")
+    return lines
+
+
+def cmd_privacy(args: argparse.Namespace) -> int:
+    """Run the attack, print its table and where privacy.json is."""
+    from fedhet.privacy.rundir import PRIVACY_FILE
+
+    progress = not args.quiet
+    if args.attack == "inversion":
+        from fedhet.privacy.invert_run import invert_run
+
+        lines = format_inversion(invert_run(args.run_dir, args.client, args.batch, args.iters, args.method,
+                                            args.steps))
+    elif args.view == "server":
+        from fedhet.privacy.server_view import evaluate_server_view
+
+        lines = format_server_view(evaluate_server_view(args.run_dir, args.split_members, args.split_nonmembers,
+                                                        progress))
+    else:
+        from fedhet.privacy.rundir import evaluate_run
+
+        lines = format_result(evaluate_run(args.run_dir, args.split_members, args.split_nonmembers, progress))
+    print("\n".join(lines))
     print(f"results: {Path(args.run_dir) / PRIVACY_FILE}")
     return 0

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from torch import nn
@@ -118,22 +120,37 @@ def load_states(rundir: RunDirectory, exp: Experiment) -> tuple[ServerState, dic
     return payload["server"], states, int(payload["round"])
 
 
-def write_privacy(path: Path, result: JSONDict) -> None:
-    """Merge `result` into path/privacy.json under "<members>_vs_<nonmembers>", atomically."""
+def write_privacy(path: Path, result: JSONDict, key: str | None = None) -> None:
+    """Merge `result` into path/privacy.json under `key` (default "<members>_vs_<nonmembers>"), atomically,
+    keeping the other entries."""
     file = path / PRIVACY_FILE
     existing = json.loads(file.read_text()) if file.is_file() else {}
-    key = f"{result['members']}_vs_{result['nonmembers']}"
+    key = key or f"{result['members']}_vs_{result['nonmembers']}"
     atomic_write_text(file, strict_json({**existing, key: result}, indent=1))
 
 
-def evaluate_run(run_dir: str | Path, members: str = "train", nonmembers: str = "test", progress: bool = True,
-                 write: bool = True) -> JSONDict:
-    """Membership inference on the run in `run_dir` at its latest checkpoint (module docstring); with `write`,
-    the result is merged into run_dir/privacy.json. Bad input is one FedhetError, before anything is written."""
+@dataclass
+class AttackedRun:
+    """An opened run: its directory, experiment, and the checkpoint's server state, client states and round."""
+
+    rundir: RunDirectory
+    exp: Experiment
+    server: ServerState
+    states: dict[int, ClientState]
+    round: int
+
+    def facts(self) -> JSONDict:
+        """What every privacy.json entry says about the run."""
+        cfg = self.exp.config
+        return {"method": cfg.method, "label": cfg.variant, "dataset": cfg.data.dataset, "seed": cfg.seed,
+                "rounds": cfg.rounds, "finished": self.rundir.is_finished()}
+
+
+@contextmanager
+def attacked_run(run_dir: str | Path) -> Iterator[AttackedRun]:
+    """The run in `run_dir` at its latest checkpoint, locked for the block (another process may not train it
+    meanwhile). Not a run directory, no checkpoint, a Flower run: one FedhetError each."""
     rundir = check_run_dir(Path(run_dir))
-    if members == nonmembers or {members, nonmembers} - set(SPLITS):
-        raise FedhetError(f"--split-members {members} --split-nonmembers {nonmembers}: give two different splits "
-                          f"among {', '.join(SPLITS)}")
     cfg = load_config(rundir.config_path)
     if cfg.run.runtime.startswith("flower"):
         raise FedhetError(f"'{run_dir}' is a Flower run ({cfg.run.runtime}): its client states stay on the nodes, "
@@ -141,9 +158,22 @@ def evaluate_run(run_dir: str | Path, members: str = "train", nonmembers: str = 
     with rundir.locked():
         exp = build_experiment(cfg)
         server, states, rnd = load_states(rundir, exp)
-        result = evaluate_experiment(exp, server, states, rnd, members, nonmembers, progress and not cfg.run.quiet)
-        result.update(method=cfg.method, label=cfg.variant, dataset=cfg.data.dataset, seed=cfg.seed,
-                      rounds=cfg.rounds, finished=rundir.is_finished())
+        yield AttackedRun(rundir, exp, server, states, rnd)
+
+
+def evaluate_run(run_dir: str | Path, members: str = "train", nonmembers: str = "test", progress: bool = True,
+                 write: bool = True) -> JSONDict:
+    """Membership inference on the run in `run_dir` at its latest checkpoint (module docstring); with `write`,
+    the result is merged into run_dir/privacy.json. Bad input is one FedhetError, before anything is written."""
+    check_run_dir(Path(run_dir))
+    if members == nonmembers or {members, nonmembers} - set(SPLITS):
+        raise FedhetError(f"--split-members {members} --split-nonmembers {nonmembers}: give two different splits "
+                          f"among {', '.join(SPLITS)}")
+    with attacked_run(run_dir) as run:
+        quiet = run.exp.config.run.quiet
+        result = evaluate_experiment(run.exp, run.server, run.states, run.round, members, nonmembers,
+                                     progress and not quiet)
+        result.update(run.facts())
         if write:
-            write_privacy(rundir.path, result)
+            write_privacy(run.rundir.path, result)
     return result
