@@ -51,6 +51,11 @@ def run_dir_for(cfg: ExperimentConfig) -> Path:
     return Path(cfg.run.out_dir) / name / cfg.data.dataset / cfg.variant / f"seed{cfg.seed}"
 
 
+def evaluated(cfg: ExperimentConfig, rnd: int) -> bool:
+    """Whether round `rnd` is evaluated: every eval.every rounds, and the last."""
+    return rnd % cfg.eval.every == 0 or rnd == cfg.rounds
+
+
 @dataclass(frozen=True)
 class Committed:
     """The state at the end of the last completed round: exactly what its checkpoint holds. Client and server
@@ -95,14 +100,11 @@ class RoundLoop(RoundDriver[RunResult]):
         return Committed(self.round, self.server, self.clients.get_states(), len(self.metrics), self.elapsed)
 
     # -------------------------------------------------------------- persistence
-    def checkpoint_config(self) -> JSONDict:
-        """The config a checkpoint is fingerprinted with (the runtime's version of it)."""
-        return self.clients.checkpoint_config(self.cfg.to_dict())
-
     def resume(self, allow_changes: tuple[str, ...] = ()) -> None:
         """Continue from the checkpoint: restore it, rebuild metrics.jsonl from its rows (a kill between the
         checkpoint and the metrics write loses nothing), and re-open a finished run that is being extended."""
-        payload = load_checkpoint(self.dir.latest_checkpoint, self.checkpoint_config(), allow_changes)
+        fingerprinted = self.clients.checkpoint_config(self.cfg.to_dict())  # the runtime's version of the config
+        payload = load_checkpoint(self.dir.latest_checkpoint, fingerprinted, allow_changes)
         if self.ledger is not None:
             self.ledger.check_resume(dp_steps(payload["server"]))
         self.round, self.server, self.metrics = payload["round"], payload["server"], payload["metrics"]
@@ -123,8 +125,8 @@ class RoundLoop(RoundDriver[RunResult]):
         log.info("resumed %s at round %d", self.dir.path, self.round)
 
     def checkpoint(self) -> None:
-        save_checkpoint(self.dir.latest_checkpoint, config=self.checkpoint_config(), round=self.round,
-                        server=self.server, clients=self.clients.get_states(), metrics=self.metrics,
+        save_checkpoint(self.dir.latest_checkpoint, config=self.clients.checkpoint_config(self.cfg.to_dict()),
+                        round=self.round, server=self.server, clients=self.clients.get_states(), metrics=self.metrics,
                         elapsed=self.elapsed, config_changes=self.config_changes, traffic=self.traffic)
         self._saved_round = self.round
         self.clients.on_disk()
@@ -168,12 +170,9 @@ class RoundLoop(RoundDriver[RunResult]):
         self.train_round(rnd)
         self.train_time_s = time.perf_counter() - start  # fit + aggregate, no evaluation
         self._phase("trained", rnd)
-        acc = self.evaluate_round(rnd) if self._evaluated(rnd) else None
+        acc = self.evaluate_round(rnd) if evaluated(self.cfg, rnd) else None
         self._phase("evaluated", rnd)
         return acc
-
-    def _evaluated(self, rnd: int) -> bool:
-        return rnd % self.cfg.eval.every == 0 or rnd == self.cfg.rounds
 
     def commit(self, rnd: int, last: int) -> None:
         """The snapshot a rollback returns to, then the checkpoint (every run.checkpoint_every rounds and at the
@@ -183,7 +182,7 @@ class RoundLoop(RoundDriver[RunResult]):
         self._phase("committed", rnd)
         if rnd % self.cfg.run.checkpoint_every == 0 or rnd == last:
             self.checkpoint()
-        elif self._evaluated(rnd):
+        elif evaluated(self.cfg, rnd):
             self.dir.write_metrics(self.metrics)  # live progress; the checkpoint has the rest
         if self._reopened:
             self.dir.summary_path.unlink(missing_ok=True)
