@@ -123,3 +123,22 @@ def test_members_draw_independent_noise() -> None:
     pop.train_round(1)
     a, b = (m.server.model for m in pop.members)
     assert any(not torch.equal(a[k], b[k]) for k in a if a[k].is_floating_point())
+
+
+def test_the_plan_counts_the_members_each_round_trains() -> None:
+    from fedhet.tune.config import TuneConfig
+    from fedhet.tune.privacy import planned_members
+
+    assert planned_members(TuneConfig(wrapper="rs", configs=5), 3, []) == [5, 5, 5]
+    assert planned_members(TuneConfig(wrapper="sha", configs=27), 5, [1, 2, 3]) == [27, 9, 3, 1, 1]
+
+
+def test_lanes_apply_the_same_dp_as_in_process() -> None:
+    """The batched runtime's lanes only train; each member's private aggregation is the same step in-process."""
+    from tune_testing import played
+
+    base = [*BASE, *DP, *SMALL, "rounds=1", "run.batched_min_lanes=1"]
+    alone, lanes = played(base=base), played("run.runtime=batched", base=base)
+    for a, b in zip(alone.members, lanes.members, strict=True):
+        assert all(torch.allclose(a.server.model[k], v, atol=1e-5, rtol=1e-5) for k, v in b.server.model.items())
+        assert a.server.opt["dp/steps"] == b.server.opt["dp/steps"] == 1
