@@ -12,6 +12,17 @@ from scipy import stats
 LEVEL = 0.95
 
 
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1); std is NaN for a single value."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    mean = math.fsum(values) / n
+    if n == 1:
+        return mean, math.nan
+    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+
+
 def t_halfwidth(std: float, n: int, level: float = LEVEL) -> float:
     """Half-width of the two-sided t-interval of a mean of n values with sample std `std` (NaN for n < 2)."""
     if n < 2 or math.isnan(std):
@@ -43,12 +54,10 @@ def paired(a: str, b: str, values_a: Mapping[int, float], values_b: Mapping[int,
     seeds = tuple(sorted(set(values_a) & set(values_b)))
     if not seeds:
         return None
-    diffs = [values_a[s] - values_b[s] for s in seeds]
-    n = len(diffs)
-    mean = math.fsum(diffs) / n
+    n = len(seeds)
+    mean, std = mean_std([values_a[s] - values_b[s] for s in seeds])
     if n < 2:
         return Paired(a, b, seeds, mean, math.nan, math.nan, math.nan)
-    std = math.sqrt(math.fsum((d - mean) ** 2 for d in diffs) / (n - 1))
     low, high = t_interval(mean, std, n)
     if std == 0:
         p = 1.0 if mean == 0 else 0.0

@@ -15,10 +15,11 @@ from fedhet.atomic import atomic_write_text
 from fedhet.errors import FedhetError
 from fedhet.report.experiments import split_experiments
 from fedhet.report.runs import RunRecord
-from fedhet.report.stats import t_interval
+from fedhet.report.stats import mean_std, t_interval
 
 AVG = "avg"
 LOWER_IS_BETTER = ("loss",)
+PAPER = " (paper)"  # the suffix of a published-value column's name
 
 Reference = Mapping[str, Mapping[str, "Sequence[float | None] | float"]]
 
@@ -26,17 +27,6 @@ Reference = Mapping[str, Mapping[str, "Sequence[float | None] | float"]]
 def is_percent(metric: str) -> bool:
     """Accuracy-like metrics (stored as fractions in [0, 1]) are shown in %."""
     return metric.endswith("accuracy")
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (ddof=1); std is NaN for a single value."""
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan
-    mean = math.fsum(values) / n
-    if n == 1:
-        return mean, math.nan
-    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
 
 
 @dataclass(frozen=True)
@@ -66,11 +56,8 @@ class DatasetTable:
 
     def best(self, row: str, lower_is_better: bool = False) -> set[str]:
         """Measured columns holding the best mean of `row` (ties all win); empty with fewer than 2 values."""
-        cand = {
-            c: cell.mean
-            for c in self.columns
-            if (cell := self.cells.get((row, c))) is not None and not cell.reference and not math.isnan(cell.mean)
-        }
+        cand = {c: cell.mean for c in self.columns
+                if (cell := self.cells.get((row, c))) is not None and not cell.reference and not math.isnan(cell.mean)}
         if len(cand) < 2:
             return set()
         target = (min if lower_is_better else max)(cand.values())
@@ -93,10 +80,6 @@ class Table:
         return is_percent(self.metric)
 
 
-def _paper_column(method: str) -> str:
-    return f"{method} (paper)"
-
-
 def make_table(
     runs: Sequence[RunRecord],
     metric: str = "accuracy",
@@ -104,17 +87,15 @@ def make_table(
     by: str = "method",
     reference_dataset: str | None = None,
 ) -> Table:
-    """Group runs by (dataset, method label) and summarise each client's final `metric` over seeds.
+    """Group runs by (dataset, method label) and summarise each client's final `metric` over seeds (`Cell`).
 
-    Cells hold the mean and the *sample* standard deviation (ddof=1, NaN when n=1) over the runs (seeds) of a
-    group, with n. Rows are clients in order of first appearance, then "avg"; columns are methods in order of
-    first appearance; a run's column is its variant label (`RunRecord.label`, the method name unless the
-    config set `label`), extended by the differing keys when runs of one label are not seeds of one experiment
-    (`split_experiments`). `by="name"` groups by the config's `name` instead of `method` (e.g. to tell apart
-    variants of one method). `reference` adds published numbers: {client: {method: (mean, std) or mean}},
-    given as printed in papers (i.e. in % for accuracy metrics); each becomes a column "<method> (paper)"
-    next to the measured one and takes part in no "best" comparison. It is added to every dataset's table, or
-    only to `reference_dataset`'s when that is given.
+    Rows are clients in order of first appearance, then "avg"; columns are methods in order of first appearance;
+    a run's column is its variant label (`RunRecord.label`, the method name unless the config set `label`),
+    extended by the differing keys when runs of one label are not seeds of one experiment (`split_experiments`).
+    `by="name"` groups by the config's `name` instead. `reference` adds published numbers: {client: {method:
+    (mean, std) or mean}}, as printed in papers (in % for accuracy metrics); each becomes a column "<method>
+    (paper)" next to the measured one, in no "best" comparison, in every dataset's table or only in
+    `reference_dataset`'s when that is given.
     """
     if by not in ("method", "name"):
         raise FedhetError(f"make_table: by must be 'method' or 'name', got {by!r}")
@@ -165,19 +146,15 @@ def _add_reference(reference: Reference, scale: float, rows: list[str], columns:
                    cells: dict[tuple[str, str], Cell]) -> None:
     """Insert a "<method> (paper)" column after each referenced method's column (or at the end), with its cells."""
     for ref_method in dict.fromkeys(m for per in reference.values() for m in per):
-        col = _paper_column(ref_method)
+        col = ref_method + PAPER
         pos = columns.index(ref_method) + 1 if ref_method in columns else len(columns)
         columns.insert(pos, col)
         for client, per in reference.items():
             if client in rows and ref_method in per:
                 val = per[ref_method]
                 mean, std = val if isinstance(val, (tuple, list)) else (val, None)
-                cells[(client, col)] = Cell(
-                    float(mean) / scale,
-                    math.nan if std is None else float(std) / scale,
-                    0,
-                    reference=True,
-                )
+                cells[(client, col)] = Cell(float(mean) / scale, math.nan if std is None else float(std) / scale, 0,
+                                            reference=True)
 
 
 def format_cell(cell: Cell | None, percent: bool, digits: int = 2) -> str:
@@ -238,21 +215,10 @@ def table_rows(table: Table) -> list[list[object]]:
                 cell = t.cells.get((row, col))
                 if cell is None:
                     continue
-                rows.append(
-                    [
-                        t.dataset,
-                        table.metric,
-                        row,
-                        col.removesuffix(" (paper)") if cell.reference else col,
-                        "paper" if cell.reference else "run",
-                        repr(cell.mean),
-                        "" if math.isnan(cell.std) else repr(cell.std),
-                        cell.n,
-                        ";".join(map(str, cell.seeds)),
-                        int(col in best),
-                        *_ci_fields(cell),
-                    ]
-                )
+                rows.append([t.dataset, table.metric, row, col.removesuffix(PAPER) if cell.reference else col,
+                             "paper" if cell.reference else "run", repr(cell.mean),
+                             "" if math.isnan(cell.std) else repr(cell.std), cell.n, ";".join(map(str, cell.seeds)),
+                             int(col in best), *_ci_fields(cell)])
     return rows
 
 
