@@ -1,7 +1,8 @@
 """`fedhet privacy RUN_DIR [--split-members train] [--split-nonmembers test] [-q]`: membership inference on a
 run's deployed models (rundir.py), a table on stdout and privacy.json in the run directory. `--view server`: the
 same attack on what each client uploads (server_view.py); `--attack inversion [--client NAME] [--batch B]
-[--steps K] [--iters N] [--method dlg|ig]`: reconstruct a client's images from its upload (invert_run.py).
+[--steps K] [--iters N] [--restarts R] [--method dlg|ig]`: reconstruct a client's images from its upload
+(invert_run.py).
 
 Registered by one line in `fedhet.cli_parser.build_parser`; torch and the engine are imported only when the
 command runs, so `fedhet --help` stays fast."""
@@ -36,6 +37,8 @@ def add_privacy_parser(sub: Subparsers) -> None:
     privacy.add_argument("--batch", type=int, default=1, help="inversion: images in the attacked batch (default 1)")
     privacy.add_argument("--steps", type=int, default=1, help="inversion: local SGD steps on it (default 1)")
     privacy.add_argument("--iters", type=int, default=500, help="inversion: attack iterations (default 500)")
+    privacy.add_argument("--restarts", type=int, default=1,
+                         help="inversion: tries from other random starts, the best objective kept (default 1)")
     privacy.add_argument("--method", default="ig", choices=("dlg", "ig"),
                          help="inversion: dlg (L2, L-BFGS) or ig (cosine + TV, Adam; default)")
     privacy.add_argument("--split-members", default="train", choices=("train", "val", "test"),
@@ -95,7 +98,7 @@ def cmd_privacy(args: argparse.Namespace) -> int:
         from fedhet.privacy.invert_run import invert_run
 
         lines = format_inversion(invert_run(args.run_dir, args.client, args.batch, args.iters, args.method,
-                                            args.steps))
+                                            args.steps, restarts=args.restarts))
     elif args.view == "server":
         from fedhet.privacy.server_view import evaluate_server_view
 

@@ -109,17 +109,20 @@ def infer_label(obs: Observed, head_weight: str | None) -> int | None:
 
 
 def reconstruct(obs: Observed, labels: torch.Tensor, shape: Sequence[int], method: str, iters: int, seed: int = 0,
-                tv: float = TV_WEIGHT) -> tuple[torch.Tensor, float]:
-    """The dummy batch (shape N x C x H x W) after `iters` iterations of `method` ("dlg" or "ig"), and its final
-    objective. The dummy images start from N(0, 1) drawn from (seed, "inversion")."""
+                tv: float = TV_WEIGHT, restarts: int = 1) -> tuple[torch.Tensor, float]:
+    """The dummy batch (shape N x C x H x W) after `iters` iterations of `method` ("dlg" or "ig") with the lowest
+    final objective of `restarts` tries (Geiping et al.'s restarts), and that objective. Try r starts from N(0, 1)
+    drawn from (seed, "inversion", r)."""
     if method not in METHODS:
         raise FedhetError(f"unknown inversion method '{method}': choose dlg or ig")
     device = next(obs.model.parameters()).device
-    x = torch.randn(tuple(shape), generator=torch_generator(seed, "inversion")).to(device).requires_grad_(True)
-    labels = labels.to(device)
-    if method == "dlg":
-        return x.detach(), dlg(obs, x, labels, iters)
-    return x.detach(), inverting_gradients(obs, x, labels, iters, tv)
+    labels, best = labels.to(device), (torch.empty(0), float("inf"))
+    for r in range(restarts):
+        x = torch.randn(tuple(shape), generator=torch_generator(seed, "inversion", r)).to(device).requires_grad_(True)
+        objective = dlg(obs, x, labels, iters) if method == "dlg" else inverting_gradients(obs, x, labels, iters, tv)
+        if r == 0 or objective < best[1]:
+            best = (x.detach(), objective)
+    return best
 
 
 def dlg(obs: Observed, x: torch.Tensor, labels: torch.Tensor, iters: int) -> float:

@@ -4,8 +4,8 @@ From the run's latest checkpoint, client `client` trains one local round through
 of `batch` of its training images (drawn from (seed, "inversion-batch", client name), without augmentation so that the
 true images are well defined), `steps` local SGD steps on that batch, with the run's lr, momentum and weight
 decay. The attacker then reconstructs the batch from the upload minus the broadcast, over the uploaded parameters
-only (inversion.py), and each true image is scored against its best reconstruction (PSNR, SSIM:
-image_quality.py). The entry goes to privacy.json under "inversion_<method>_<client>_b<batch>_k<steps>".
+only (inversion.py; the best of `restarts` tries), and each true image is scored against its best reconstruction
+(PSNR, SSIM: image_quality.py). The entry goes to privacy.json under "inversion_<method>_<client>_b<batch>_k<steps>".
 """
 
 from __future__ import annotations
@@ -76,12 +76,13 @@ def observed(run: AttackedRun, upload: Upload, sgd: LocalSGD, classes: tuple[int
 
 
 def invert_run(run_dir: str | Path, client: str | None = None, batch: int = 1, iters: int = 200,
-               method: str = "ig", steps: int = 1, tv: float = TV_WEIGHT, write: bool = True) -> JSONDict:
+               method: str = "ig", steps: int = 1, tv: float = TV_WEIGHT, restarts: int = 1, write: bool = True
+               ) -> JSONDict:
     """Invert client `client`'s upload of one round on `batch` images (module docstring); the result, merged into
     privacy.json with `write`. Bad input is one FedhetError before anything is written."""
-    if method not in METHODS or min(batch, iters, steps) < 1:
-        raise FedhetError(f"--method {method} --batch {batch} --iters {iters} --steps {steps}: give a method among "
-                          f"{', '.join(METHODS)} and a batch, iterations and steps >= 1")
+    if method not in METHODS or min(batch, iters, steps, restarts) < 1:
+        raise FedhetError(f"--method {method} --batch {batch} --iters {iters} --steps {steps} --restarts {restarts}: "
+                          f"give a method among {', '.join(METHODS)} and a batch, iterations, steps and restarts >= 1")
     with attacked_run(run_dir) as run:
         check_uploads_weights(run)
         cid = client_id(run, client)
@@ -95,11 +96,12 @@ def invert_run(run_dir: str | Path, client: str | None = None, batch: int = 1, i
         obs = observed(run, upload, sgd, data.classes)
         inferred = infer_label(obs, head_weight(obs.model)) if batch == 1 else None
         used = torch.tensor([inferred]) if inferred is not None else labels
-        recon, objective = reconstruct(obs, used, images.shape, method, iters, seed, tv)
+        recon, objective = reconstruct(obs, used, images.shape, method, iters, seed, tv, restarts)
         matches = best_matches(images, recon)
         result: JSONDict = {
             "attack": "inversion", "inversion": method, "client": data.name, "batch": batch, "steps": steps,
-            "iters": iters, "tv": tv if method == "ig" else None, "round": upload.round, "indices": indices,
+            "iters": iters, "restarts": restarts, "tv": tv if method == "ig" else None, "round": upload.round,
+            "indices": indices,
             "labels": "inferred" if inferred is not None else "given",
             "label_correct": None if inferred is None else inferred == int(labels[0]),
             "matched_keys": sorted(obs.update), "local_dp": run.exp.config.privacy.dp.mode == "local",
