@@ -142,3 +142,34 @@ def test_lanes_apply_the_same_dp_as_in_process() -> None:
     for a, b in zip(alone.members, lanes.members, strict=True):
         assert all(torch.allclose(a.server.model[k], v, atol=1e-5, rtol=1e-5) for k, v in b.server.model.items())
         assert a.server.opt["dp/steps"] == b.server.opt["dp/steps"] == 1
+
+
+def test_a_tuned_sweep_records_the_tuning_epsilon_and_each_rerun_its_own(tmp_path: Path) -> None:
+    """2 clients, every one each round (q = 1): the tuning job's 2 members x 2 rounds are 4 Gaussians; the re-run
+    on the fresh seed is a run of its own, 2 Gaussians, in its summary."""
+    from dp_accounting import dp_event, rdp
+
+    from fedhet.config import ExperimentConfig, from_dict
+    from fedhet.tune.sweep import plan_tuned_sweep, run_tuned_sweep
+
+    def gaussians(n: int) -> float:
+        acc = rdp.RdpAccountant()
+        acc.compose(dp_event.GaussianDpEvent(1.0), n)
+        return float(acc.get_epsilon(0.01))
+
+    tree = {"name": "dp", "rounds": 2, "model": {"name": "mlp"}, "train": {"local_steps": 1},
+            "data": {"dataset": "offline_digits", "domains": ["clean", "inverted"], "max_test_per_client": 20,
+                     "max_train_per_client": 40},
+            "privacy": {"dp": {"mode": "server", "noise_multiplier": 1.0, "delta": 0.01}},
+            "run": {"out_dir": str(tmp_path), "quiet": True, "num_threads": 1},
+            "sweep": {"methods": ["fedavg"], "tune": {"budget": "2x", "seeds": [0], "seed": 7,
+                                                      "space": {"client": {"train.lr": {"type": "log_uniform",
+                                                                                        "low": -2, "high": -0.5}}}}}}
+    cfg = from_dict(ExperimentConfig, tree)
+    cfg.validate()
+    run_tuned_sweep(plan_tuned_sweep(cfg), progress=False)
+    folder = tmp_path / "dp" / "offline_digits" / "fedavg+tuned-rs"
+    privacy = json.loads((folder / "tuned.json").read_text())["privacy"]
+    assert privacy["member_rounds"] == 4 and privacy["tuning_epsilon"] == pytest.approx(gaussians(4), rel=1e-6)
+    rerun = json.loads((folder / "seed0" / "summary.json").read_text())["privacy"]
+    assert rerun["epsilon"] == pytest.approx(gaussians(2), rel=1e-6)

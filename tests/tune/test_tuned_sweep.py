@@ -173,6 +173,8 @@ def test_an_interrupted_tuned_sweep_resumes_to_the_uninterrupted_result(tmp_path
     (["--tune", "2x", "sweep.tune.seed=1"], "the tuning seed 1 is among the fresh seeds"),
     (["--tune", "2x", "sweep.tune.tuners=[rs,hyperband]"], "unknown tuner.*'hyperband'.*valid: fedpop, rs, sha"),
     (["--tune", "2x", "sweep.tune.budgets=3"], "unknown sweep.tune key 'budgets'"),
+    (["--tune", "2x", "privacy.dp.mode=server", "privacy.dp.delta=0.01", "privacy.dp.max_epsilon=1"],
+     r"fedavg\+tuned-rs .*plans 4 member-rounds .* > privacy.dp.max_epsilon 1; nothing was run"),
 ])
 def test_each_bad_input_is_one_clear_error_and_nothing_runs(tmp_path: Path, capsys, args: list[str],
                                                            match: str) -> None:

@@ -82,16 +82,22 @@ def client_rounds(budget: str, full_run: int) -> int:
     return int(float(match[1]) * full_run) if match[1] else int(match[2])
 
 
-def clients_per_round(cfg: ExperimentConfig) -> int:
-    """The active clients of a round: every client, or server.fraction_fit of them (at least min_fit_clients)."""
+def train_clients(cfg: ExperimentConfig) -> int:
+    """The clients the config's data splits into (data.num_clients, or domains x clients_per_domain), counted
+    without loading it."""
     from fedhet.data.registry import resolve_spec
-    from fedhet.engine.sampling import sample_size
 
     data = cfg.data
-    clients = data.num_clients
     if data.partition == "domain":
-        clients = len(data.domains or resolve_spec(data).domains) * data.clients_per_domain
-    return sample_size(clients, cfg.server.fraction_fit, cfg.server.min_fit_clients)
+        return len(data.domains or resolve_spec(data).domains) * data.clients_per_domain
+    return data.num_clients
+
+
+def clients_per_round(cfg: ExperimentConfig) -> int:
+    """The active clients of a round: every client, or server.fraction_fit of them (at least min_fit_clients)."""
+    from fedhet.engine.sampling import sample_size
+
+    return sample_size(train_clients(cfg), cfg.server.fraction_fit, cfg.server.min_fit_clients)
 
 
 def tuner_size(settings: JSONDict, rounds: int, budget: int) -> JSONDict:

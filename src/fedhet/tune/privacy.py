@@ -17,12 +17,15 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+from fedhet.config import ExperimentConfig
 from fedhet.core.dp_accountant import Event, PrivacyLedger, composed_epsilon
 from fedhet.core.seeding import derive_seed
 from fedhet.engine.dp_run import open_ledger
 from fedhet.engine.experiment import Experiment
+from fedhet.engine.sampling import sample_size
 from fedhet.errors import ConfigError
 from fedhet.tune.config import TuneConfig
+from fedhet.tune.wrappers import sha_rounds
 from fedhet.yaml_input import JSONDict
 
 # what the job's epsilon covers, and what it does not (summary.json says so)
@@ -46,6 +49,23 @@ def planned_members(tune: TuneConfig, rounds: int, eliminations: list[int]) -> l
         if rnd in eliminations:
             alive = max(1, alive // tune.eta)
     return planned
+
+
+def eliminations_of(tune: TuneConfig, rounds: int) -> list[int]:
+    """The rounds after which the job's SHA eliminates (none for random search)."""
+    return sha_rounds(rounds, tune.eliminations, tune.num_configs, tune.eta, tune.budget) if tune.wrapper == "sha" \
+        else []
+
+
+def check_planned_budget(cfg: ExperimentConfig, tune: TuneConfig, clients: int) -> None:
+    """A tuned sweep's check before anything runs: the tuning job's planned spend on `clients` clients (counted
+    from the config, tune/budget.train_clients) within privacy.dp.max_epsilon. The job checks again on its data."""
+    dp = cfg.privacy.dp
+    if dp.active and dp.max_epsilon is not None:
+        ledger = PrivacyLedger.for_run(dp, clients, sample_size(clients, cfg.server.fraction_fit,
+                                                                cfg.server.min_fit_clients))
+        planned = planned_members(tune, cfg.rounds, eliminations_of(tune, cfg.rounds))
+        JobPrivacy(ledger, tune.sampling == "shared").check_plan(planned)
 
 
 @dataclass

@@ -30,10 +30,11 @@ from fedhet.errors import ConfigError, LanesRefused
 from fedhet.launch.sweep import SweepPlan, check_plan, check_same_config, plan_sweep, run_status, run_sweep
 from fedhet.report.tuned import TUNED_FILE, TUNED_MARK, TUNING_DIR
 from fedhet.tune.apply import check_space
-from fedhet.tune.budget import TuneBlock, client_rounds, clients_per_round, tune_block, tuner_size
+from fedhet.tune.budget import TuneBlock, client_rounds, clients_per_round, train_clients, tune_block, tuner_size
 from fedhet.tune.checkpoint import FILENAME
 from fedhet.tune.config import resolve_space, tune_config
 from fedhet.tune.presets import default_space, tuner_settings
+from fedhet.tune.privacy import check_planned_budget
 from fedhet.yaml_input import JSONDict
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,9 @@ def _job(base: ExperimentConfig, tuner: str, block: TuneBlock, config_dir: Path 
     cfg = from_dict(ExperimentConfig, tree)
     try:
         cfg.validate()
-        check_space(resolve_space(tune_config(cfg)), cfg)
+        tune = tune_config(cfg)
+        check_space(resolve_space(tune), cfg)
+        check_planned_budget(cfg, tune, train_clients(cfg))  # privacy.dp.max_epsilon (tune/privacy.py)
     except ConfigError as err:
         raise ConfigError(f"tuned sweep, {label} ({base.data.dataset}): {err}") from err
     return TunedJob(base, cfg, tuner, budget, block.seeds)
