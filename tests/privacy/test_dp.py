@@ -69,12 +69,13 @@ def test_local_noise_is_each_clients_own_of_std_sigma_c() -> None:
         assert float(r.message.arrays["w"].double().std()) == pytest.approx(sigma * clip, rel=0.03)
 
 
-def test_only_the_shared_floating_keys_are_touched() -> None:
+@pytest.mark.parametrize("mode", ["server", "local"])
+def test_only_the_shared_floating_keys_are_touched(mode: str) -> None:
     """A reply's arrays outside the global model (what the server does not average) and integer counters pass
-    through as sent."""
+    through as sent (local mode: the client's own step, core.dp.local_message, the same)."""
     server = ServerState(model={"w": torch.zeros(3), "count": torch.tensor(5)})
     sent = Reply(0, Message({"w": torch.zeros(3), "count": torch.tensor(7), "bn.weight": torch.ones(3)}), 4)
-    out, _ = privatize(dp(noise_multiplier=1.0), server, [sent], 0, 1)
+    out, _ = privatize(dp(mode=mode, noise_multiplier=1.0), server, [sent], 0, 1)
     assert torch.equal(out[0].message.arrays["bn.weight"], torch.ones(3))
     assert torch.equal(out[0].message.arrays["count"], torch.tensor(7))
     assert not torch.equal(out[0].message.arrays["w"], torch.zeros(3))

@@ -411,10 +411,12 @@ def test_inprocess_refuses_a_flower_checkpoint(tmp_path, task_identity) -> None:
 
 def test_simulation_stop_and_resume_matches_inprocess(tmp_path) -> None:
     """`fedhet flower simulate --stop-after 1`, then `--resume` in a new simulation (new Ray actors, empty
-    context.state: the client states come from <run dir>/client_states): equal to one in-process run."""
+    context.state: the client states come from <run dir>/client_states): equal to one in-process run. Under
+    local DP (privacy.dp.mode=local: the Ray actors clip and noise their updates), so the default suite runs DP on
+    Flower's simulation too: the epsilon rows and the noise survive the resume (tests/runtimes/test_flower_dp.py)."""
     from fedhet.cli import main
 
-    extra = ["method=ditto", "server.fraction_fit=0.5"]
+    extra = ["method=ditto", "server.fraction_fit=0.5", "privacy.dp.mode=local", "privacy.dp.delta=0.01"]
     run_experiment(cfg(*extra), tmp_path / "inprocess", progress=False)
     args = ["flower", "simulate", *BASE, *extra, "--run-dir", str(tmp_path / "sim"), "--num-cpus", "2", "-q"]
     assert main([*args, "--stop-after", "1"]) == 0
@@ -423,6 +425,7 @@ def test_simulation_stop_and_resume_matches_inprocess(tmp_path) -> None:
     assert main(args) == 2  # a checkpoint is there: refuses to start over without --resume
     assert main([*args, "--resume"]) == 0
     assert rows(tmp_path / "sim") == rows(tmp_path / "inprocess")
+    assert [r["dp_rounds"] for r in rows(tmp_path / "sim") if r["split"] == "privacy"] == [1, 2, 3]
     assert any((tmp_path / "sim" / "client_states").rglob("round_*.pt"))
 
 

@@ -57,7 +57,7 @@ class ExperimentConfig:
         _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         for section in (self.data, self.train, self.server, self.eval, self.run, self.novel):
             section.validate()
-        self.privacy.validate(self.server.aggregation, self.run.runtime)
+        self.privacy.validate(self.server.aggregation)
 
     def to_dict(self) -> JSONDict:
         return {k: _to_plain(v) for k, v in dataclasses.asdict(self).items()}

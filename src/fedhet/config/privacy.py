@@ -88,9 +88,10 @@ class PrivacyConfig:
 
     dp: DPConfig = field(default_factory=DPConfig)
 
-    def validate(self, aggregation: str = "weighted", runtime: str = "inprocess") -> None:
+    def validate(self, aggregation: str = "weighted") -> None:
         """The section's values, and what of the run they need: the mean as the aggregation (a robust rule is not
-        the clipped mean the accountant assumes) and a runtime that applies it (not yet Flower)."""
+        the clipped mean the accountant assumes). Every runtime applies it (in-process, batched, Flower: the
+        server's step on fedhet's ServerApp, local noise on fedhet's ClientApp; docs/flower.md)."""
         self.dp.validate()
         if not self.dp.active:
             return
@@ -98,5 +99,3 @@ class PrivacyConfig:
             raise ConfigError(f"privacy.dp needs the mean of the clipped updates, but server.aggregation is "
                               f"{aggregation!r}; set server.aggregation=uniform (DP weights clients equally) or "
                               "privacy.dp.mode=off")
-        if runtime not in ("inprocess", "batched"):
-            raise ConfigError(f"privacy.dp runs under run.runtime inprocess or batched, not yet {runtime!r}")

@@ -12,6 +12,8 @@ num_batches_tracked) carry no data and are averaged as they are.
 `privatize` rewrites the replies so that the method's own mean of them is the private aggregate: reply i carries
 current + clip(update_i) + xi with the same server noise xi for all and weight 1, so their mean is current +
 mean(clipped) + xi. The noise comes from the (seed, round) streams, so a rerun or a resume draws it again.
+Local mode is the client's own step (`local_message`): the in-process server takes it for each client, a Flower
+ClientApp takes it itself before it sends, and marks the reply (LOCAL) so the server does not take it twice.
 """
 
 from __future__ import annotations
@@ -24,12 +26,18 @@ import torch
 
 from fedhet.config.privacy import DPConfig
 from fedhet.core.contract import ServerState
-from fedhet.core.messages import Reply
+from fedhet.core.messages import Message, Reply
 from fedhet.core.params import StateDict
 from fedhet.core.seeding import torch_generator
 from fedhet.errors import ConfigError
 
 CLIP, STEPS = "dp/clip", "dp/steps"  # the DP state kept in ServerState.opt (checkpointed, rolled back with it)
+LOCAL = "dp/local"  # a reply's scalar, 1: its client clipped and noised its update itself (mode local, on Flower)
+
+
+def floating_keys(model: StateDict) -> list[str]:
+    """The keys DP clips and noises: the floating-point arrays of the global model (not integer buffers)."""
+    return [k for k, v in model.items() if v.is_floating_point()]
 
 
 def update_of(state: StateDict, current: StateDict, keys: Sequence[str]) -> StateDict:
@@ -83,32 +91,44 @@ def next_clip(cfg: DPConfig, clip: float, unclipped: int, m: int, generator: tor
     return clip * math.exp(-cfg.adaptive.lr * (share - cfg.adaptive.target_quantile))
 
 
+def released(current: StateDict, arrays: StateDict, update: StateDict, noise: StateDict) -> StateDict:
+    """What a client's reply carries after DP: current + clipped update + noise on the update's keys (in the
+    model's dtype), its other arrays as they were."""
+    out = dict(arrays)
+    for k in update:
+        out[k] = (current[k].to(torch.float64) + update[k] + noise[k]).to(current[k].dtype)
+    return out
+
+
+def local_message(cfg: DPConfig, sent: StateDict, reply: Message, seed: int, rnd: int, client_id: int) -> Message:
+    """Local DP, a client's own step before it sends (privacy.dp.mode=local): its update of the floating arrays
+    of `sent` (the global model it received) clipped to privacy.dp.clip, plus N(0, (sigma * clip)^2) from its
+    (seed, round, client) stream; the reply marked LOCAL. The same call in-process (`privatize`, for each client)
+    and on a Flower ClientApp (runtimes/flower/client.py), so both send the same bits."""
+    update, _ = clip_update(update_of(reply.arrays, sent, floating_keys(sent)), cfg.clip)
+    noise = gaussian_noise(update, cfg.noise_multiplier * cfg.clip, torch_generator(seed, rnd, client_id, "dp-local"))
+    return Message(arrays=released(sent, reply.arrays, update, noise), scalars={**reply.scalars, LOCAL: 1})
+
+
 def privatize(cfg: DPConfig, server: ServerState, replies: list[Reply], seed: int, rnd: int
               ) -> tuple[list[Reply], dict[str, torch.Tensor | int]]:
     """The replies whose equal-weight mean is the private aggregate of round `rnd`, and the new DP state for
-    `server.opt` (clip norm, steps taken)."""
+    `server.opt` (clip norm, steps taken). Local mode: each reply as its client's `local_message` (taken here for
+    a client that has not taken it itself)."""
     current, m = server.model, len(replies)
-    keys = [k for k, v in current.items() if v.is_floating_point()]
     clip = float(server.opt.get(CLIP, cfg.clip))
-    clipped, unclipped = [], 0
-    for reply in replies:
-        update, within = clip_update(update_of(reply.message.arrays, current, keys), clip)
-        clipped.append(update)
-        unclipped += within
-    if cfg.mode == "server":
-        shared_noise = gaussian_noise(clipped[0], model_noise_multiplier(cfg, m) * clip / m,
-                                      torch_generator(seed, rnd, "dp-noise"))
-        noises = [shared_noise] * m
-    else:  # local: each client's own noise, from its own stream
-        noises = [gaussian_noise(u, cfg.noise_multiplier * clip, torch_generator(seed, rnd, r.client_id, "dp-local"))
-                  for u, r in zip(clipped, replies, strict=True)]
-    out = []
-    for reply, update, noise in zip(replies, clipped, noises, strict=True):
-        arrays = dict(reply.message.arrays)
-        for k in keys:
-            arrays[k] = (current[k].to(torch.float64) + update[k] + noise[k]).to(current[k].dtype)
-        out.append(dataclasses.replace(reply, message=dataclasses.replace(reply.message, arrays=arrays),
-                                       num_examples=1))
+    if cfg.mode == "local":
+        messages = [r.message if r.message.scalars.get(LOCAL) else
+                    local_message(cfg, current, r.message, seed, rnd, r.client_id) for r in replies]
+        unclipped = 0  # adaptive clipping needs server mode (config/privacy.py)
+    else:
+        updates = [clip_update(update_of(r.message.arrays, current, floating_keys(current)), clip) for r in replies]
+        unclipped = sum(within for _, within in updates)
+        noise = gaussian_noise(updates[0][0], model_noise_multiplier(cfg, m) * clip / m,
+                               torch_generator(seed, rnd, "dp-noise"))  # one draw, the same for every reply
+        messages = [dataclasses.replace(r.message, arrays=released(current, r.message.arrays, update, noise))
+                    for r, (update, _) in zip(replies, updates, strict=True)]
+    out = [dataclasses.replace(r, message=msg, num_examples=1) for r, msg in zip(replies, messages, strict=True)]
     new_clip = next_clip(cfg, clip, unclipped, m, torch_generator(seed, rnd, "dp-count")) \
         if cfg.adaptive.enabled else clip
     steps = int(server.opt.get(STEPS, 0)) + 1

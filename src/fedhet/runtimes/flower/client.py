@@ -32,6 +32,7 @@ from flwr.app import Message as FlowerMessage
 from fedhet.algorithms import ClientState
 from fedhet.atomic import atomic_write_bytes
 from fedhet.config import load_config
+from fedhet.core.dp import local_message
 from fedhet.core.seeding import EVALUATE, FIT, client_stream, seeded
 from fedhet.engine.checkpoint import fingerprint
 from fedhet.engine.experiment import Experiment, build_experiment
@@ -237,7 +238,8 @@ def _request(content: RecordDict, context: Context, setup: ClientSetup, fit: boo
 
 def train_content(content: RecordDict, context: Context, setup: ClientSetup | JSONDict) -> RecordDict:
     """One client's local training round, seeded by (seed, round, client, 'fit') as in-process: the reply's
-    content (the request's content in, `context.state` updated)."""
+    content (the request's content in, `context.state` updated); under privacy.dp.mode=local its update clipped
+    and noised here, on the node."""
     setup = _setup(setup)
     exp, cid, request, state_round, setup = _request(content, context, setup, fit=True)
     rnd = request.round
@@ -246,6 +248,9 @@ def train_content(content: RecordDict, context: Context, setup: ClientSetup | JS
     with seeded(*client_stream(exp.config.seed, rnd, cid, FIT)):
         out, new_state = fit_client(exp.algorithm, request.message, state, ctx)
     save_state(context, setup, cid, rnd, new_state)
+    dp = exp.config.privacy.dp
+    if dp.mode == "local":  # the update leaves the node clipped and noised, as in-process (core/dp.py)
+        out = local_message(dp, request.message.arrays, out, exp.config.seed, rnd, cid)
     return fit_reply_content(out, ctx.data.num_train)
 
 

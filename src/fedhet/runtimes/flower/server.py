@@ -76,7 +76,8 @@ class FlowerClients:
             if cid not in received:
                 continue
             try:
-                reply, num_examples = fit_reply(received[cid], expected_reply_spec(self.exp.algorithm, msg))
+                reply, num_examples = fit_reply(received[cid], expected_reply_spec(self.exp.algorithm, msg),
+                                                local_dp=self.exp.config.privacy.dp.mode == "local")
                 replies.append(Reply(cid, reply, num_examples))
             except ReplyRejected as err:
                 problems[cid] = f"reply rejected: {err}"

@@ -25,17 +25,19 @@ from flwr.app import ArrayRecord, ConfigRecord, MessageType, MetricRecord
 from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
+from flwr.serverapp.exception import PrivacyBudgetExhausted
 from flwr.serverapp.strategy import Strategy
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from fedhet.config import ExperimentConfig, load_config
+from fedhet.core.dp import dp_steps
 from fedhet.core.messages import Message, Reply
-from fedhet.core.seeding import seeded
+from fedhet.engine.dp_run import open_ledger, refusal
 from fedhet.engine.experiment import build_experiment
-from fedhet.engine.finite import DIVERGED_ADVICE, first_nonfinite
+from fedhet.engine.rounds import aggregate_round
 from fedhet.engine.rundir import METRIC_KEYS, client_rows
 from fedhet.engine.sampling import sample_clients
-from fedhet.errors import FedhetError, TrainingDivergedError
+from fedhet.errors import FedhetError
 from fedhet.runtimes.flower.faults import required
 from fedhet.runtimes.flower.records import NUM_EXAMPLES, SERVER_ROUND, SPLIT, request_content
 from fedhet.runtimes.flower.transport import NodeLink
@@ -55,7 +57,8 @@ class FedhetStrategy(Strategy):
             raise FedhetError(f"'{config.method}' trains one model on the pooled data; it has no Flower strategy")
         self.alg, self.server = self.exp.algorithm, self.exp.init_server()
         self.timeout, self.wait_for_nodes, self.partition_query = timeout, wait_for_nodes, partition_query
-        self.metrics: list[JSONDict] = []  # evaluation rows, as metrics.jsonl
+        self.metrics: list[JSONDict] = []  # evaluation rows (and privacy.dp's epsilon rows), as metrics.jsonl
+        self.ledger = open_ledger(self.exp, len(self.exp.data.clients))  # privacy.dp's accountant (None: no DP)
         self.node_of: dict[int, int] = {}  # client id -> node id, found at the first round
         self.state_round: dict[int, int] = {}  # the last round whose fit reply of each client was aggregated
         self._sent: dict[int, Message] = {}  # this round's broadcast per sampled client
@@ -79,8 +82,12 @@ class FedhetStrategy(Strategy):
     # -------------------------------------------------------------- training
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
                         ) -> Iterable[FlowerMessage]:
-        """The sampled clients' broadcasts (`config`'s entries go along, e.g. for stock ClientApps)."""
+        """The sampled clients' broadcasts (`config`'s entries go along, e.g. for stock ClientApps); a round
+        past privacy.dp.max_epsilon raises Flower's PrivacyBudgetExhausted, as Flower's DP strategies do."""
         self._check(arrays)
+        reason = refusal(self.ledger, self.server)
+        if reason is not None:
+            raise PrivacyBudgetExhausted(reason)
         cfg, nodes = self.exp.config, self._nodes(grid)
         sampled = sample_clients(cfg.seed, server_round, len(nodes), cfg.server.fraction_fit,
                                  cfg.server.min_fit_clients)
@@ -90,12 +97,14 @@ class FedhetStrategy(Strategy):
 
     def aggregate_train(self, server_round: int, replies: Iterable[FlowerMessage]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """The method's aggregation over the valid replies, in the order of the sampled clients (as in-process);
-        None when fewer than `server.min_fit_fraction` of them answered validly (the state stays as it was)."""
+        """The method's aggregation over the valid replies, in the order of the sampled clients, privately under
+        privacy.dp (engine/rounds.py, as in-process); None when fewer than `server.min_fit_fraction` of them
+        answered validly (the state stays as it was)."""
         valid = {}
         for cid, reply in self._by_client(replies, set(self._sent)):
             try:
-                msg, num_examples = fit_reply(reply.content, expected_reply_spec(self.alg, self._sent[cid]))
+                msg, num_examples = fit_reply(reply.content, expected_reply_spec(self.alg, self._sent[cid]),
+                                              local_dp=self.exp.config.privacy.dp.mode == "local")
             except ReplyRejected as err:
                 log.warning("round %d: client %d's reply rejected: %s", server_round, cid, err)
                 continue
@@ -106,13 +115,10 @@ class FedhetStrategy(Strategy):
             log.warning("round %d: %d of %d clients answered validly, %d needed; the round is skipped",
                         server_round, len(ordered), len(self._sent), need)
             return None, None
-        with seeded(self.exp.config.seed, server_round, "aggregate"):
-            server = self.alg.aggregate(self.server, [r for r, _ in ordered], self.exp.round_info(server_round))
-        bad = first_nonfinite(server)
-        if bad is not None:
-            raise TrainingDivergedError(f"the server state {bad} became NaN/inf in round {server_round}; "
-                                        f"{DIVERGED_ADVICE}")
-        self.server = server
+        self.server = aggregate_round(self.exp, self.alg, self.server, server_round, self._sent,
+                                      [r for r, _ in ordered]).server  # privacy.dp's step included
+        if self.ledger is not None:
+            self.metrics.append(self.ledger.row(server_round, dp_steps(self.server)))
         self.state_round.update({r.client_id: server_round for r, _ in ordered})
         return self.initial_arrays(), aggregate_metricrecords([c for _, c in ordered], NUM_EXAMPLES)
 

@@ -1,7 +1,8 @@
 """Checks on what clients send back: a reply the server cannot trust is rejected with a reason, never aggregated.
 
 A fit reply must carry exactly the arrays the server expects (names, shapes, dtypes), finite floating-point
-values and a non-negative integer `num-examples` (and come from the node the message went to: transport). What
+values and a non-negative integer `num-examples` (and come from the node the message went to: transport; under
+privacy.dp.mode=local, carry the mark of a client that noised its own update). What
 the server expects is derived from the round's broadcast message:
 
 each method declares it with `Algorithm.reply_layout(broadcast) -> {name: (shape, dtype)}` (by default the
@@ -21,6 +22,7 @@ import torch
 from flwr.app import RecordDict
 
 from fedhet.algorithms.base import AnyAlgorithm, ArraySpec
+from fedhet.core.dp import LOCAL
 from fedhet.core.messages import Message
 from fedhet.runtimes.flower.records import CONFIG, NUM_EXAMPLES, SKIPPED, read_evaluate_reply, read_fit_reply
 
@@ -59,8 +61,9 @@ def check_arrays(arrays: dict[str, torch.Tensor], spec: Spec) -> None:
             raise ReplyRejected(f"array {name!r} holds {bad} NaN/inf value(s)")
 
 
-def fit_reply(content: RecordDict, spec: Spec) -> tuple[Message, int]:
-    """The Message and example count of a fit reply, or ReplyRejected naming what is wrong with it."""
+def fit_reply(content: RecordDict, spec: Spec, local_dp: bool = False) -> tuple[Message, int]:
+    """The Message and example count of a fit reply, or ReplyRejected naming what is wrong with it; with
+    `local_dp` (privacy.dp.mode=local) a reply whose client did not clip and noise its update is rejected."""
     try:
         msg, num_examples = read_fit_reply(content)
     except Exception as err:  # noqa: BLE001 - any decoding failure means a malformed reply
@@ -72,6 +75,9 @@ def fit_reply(content: RecordDict, spec: Spec) -> tuple[Message, int]:
     if num_examples < 0:
         raise ReplyRejected(f"negative example count {num_examples}")
     check_arrays(msg.arrays, spec)
+    if local_dp and msg.scalars.get(LOCAL) != 1:
+        raise ReplyRejected(f"privacy.dp.mode=local, but the client did not clip and noise its update (no '{LOCAL}' "
+                            "in its reply): run fedhet's ClientApp with the server's config")
     return msg, int(num_examples)
 
 
