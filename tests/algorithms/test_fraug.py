@@ -85,7 +85,8 @@ def test_synthetic_loss_reaches_the_head_only() -> None:
     x, y = torch.randn(6, 4), torch.tensor([0, 1] * 3)
     u = model.features(x)
     labels_c = torch.tensor([0, 1, 0, 1])
-    loss = alg.synthetic_loss(model.head, u, y, torch.randn(6, 3), torch.randn(2, 3), labels_c, torch.randn(4, 3), 0.5)
+    loss = fraug_losses.synthetic_loss(model.head, u, y, torch.randn(6, 3), torch.randn(2, 3), labels_c,
+                                       torch.randn(4, 3), 0.5, alg.num_classes, alg.params.class_reduction)
     loss.backward()
     assert all(p.grad is None for p in model.features.parameters())
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.head.parameters())
@@ -143,7 +144,7 @@ def _changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor], pr
 def test_ablation_switches_change_what_is_trained(switch: str, monkeypatch: pytest.MonkeyPatch) -> None:
     alg = make(**{switch: False})
     born, labels = [], []
-    original, synthetic = alg.new_rtnet, alg.synthetic_loss
+    original, synthetic = alg.new_rtnet, fraug_losses.synthetic_loss
 
     def spy() -> torch.nn.Module:
         net = original()
@@ -151,7 +152,7 @@ def test_ablation_switches_change_what_is_trained(switch: str, monkeypatch: pyte
         return net
 
     monkeypatch.setattr(alg, "new_rtnet", spy)
-    monkeypatch.setattr(alg, "synthetic_loss", lambda *a: labels.append(a[5]) or synthetic(*a))
+    monkeypatch.setattr(fraug_losses, "synthetic_loss", lambda *a: labels.append(a[5]) or synthetic(*a))
     server, out, state = fit(alg)
     gen_out = {k[len(GEN):]: v for k, v in out.arrays.items() if k.startswith(GEN)}
     assert bool(gen_out) == (switch != "use_generator")
@@ -194,8 +195,8 @@ def test_prototype_labels_cover_every_class_when_c_exceeds_b_syn(monkeypatch: py
     train = TrainConfig(lr=0.1, momentum=0.0, batch_size=8, local_steps=5)
     alg = FRAug(p, lambda: template, train, ServerConfig(), 65, CPU)
     seen: list[torch.Tensor] = []
-    original = alg.synthetic_loss
-    monkeypatch.setattr(alg, "synthetic_loss", lambda *a: seen.append(a[5].clone()) or original(*a))
+    original = fraug_losses.synthetic_loss
+    monkeypatch.setattr(fraug_losses, "synthetic_loss", lambda *a: seen.append(a[5].clone()) or original(*a))
     data = tiny_client(n=130, in_dim=4, num_classes=65)
     server, state = alg.init_server(), alg.init_client(0)
     for rnd in (1, 2):
@@ -219,10 +220,10 @@ def test_without_the_generator_the_rtnet_transforms_the_real_embeddings(source: 
     picks, checked = [], []
     pick_real = fraug_losses.pick_real
     monkeypatch.setattr(fraug_losses, "pick_real", lambda *a: picks.append(pick_real(*a)) or picks[-1])
-    original = alg.synthetic_loss
+    original = fraug_losses.synthetic_loss
 
     def spy(head: Any, u: torch.Tensor, y: torch.Tensor, res: torch.Tensor, protos: torch.Tensor,
-            labels_c: torch.Tensor, res_c: torch.Tensor, lam: float) -> torch.Tensor:
+            labels_c: torch.Tensor, res_c: torch.Tensor, lam: float, *rest: Any) -> torch.Tensor:
         rt, pick = alg._nets["rt"], picks[-1]  # this step's RTNet, before stage 2 moves it
         assert (pick >= 0).all() == (source == "batch") and (y[pick[pick >= 0]] == labels_c[pick >= 0]).all()
         base_c = torch.where((pick >= 0)[:, None], u[pick.clamp_min(0)], protos[labels_c])
@@ -230,9 +231,9 @@ def test_without_the_generator_the_rtnet_transforms_the_real_embeddings(source: 
             assert torch.allclose(res, rt(u.detach()), atol=1e-6)
             assert torch.allclose(res_c, rt(base_c.detach()), atol=1e-6)
         checked.append(1)
-        return original(head, u, y, res, protos, labels_c, res_c, lam)
+        return original(head, u, y, res, protos, labels_c, res_c, lam, *rest)
 
-    monkeypatch.setattr(alg, "synthetic_loss", spy)
+    monkeypatch.setattr(fraug_losses, "synthetic_loss", spy)
     fit(alg)
     assert len(checked) == 2
 

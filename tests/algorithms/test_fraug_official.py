@@ -164,8 +164,8 @@ def test_fake_labels_rotate_label_balanced_and_train_the_generator(monkeypatch: 
     alg = make(classes=3, batch=4, steps=3)
     syn: list[torch.Tensor] = []
     gen: list[tuple[torch.Tensor, torch.Tensor]] = []
-    original_syn, original_gen = alg.synthetic_loss, fl.generator_loss
-    monkeypatch.setattr(alg, "synthetic_loss", lambda *a: syn.append(a[5].clone()) or original_syn(*a))
+    original_syn, original_gen = fl.synthetic_loss, fl.generator_loss
+    monkeypatch.setattr(fl, "synthetic_loss", lambda *a: syn.append(a[5].clone()) or original_syn(*a))
     monkeypatch.setattr(fl, "generator_loss", lambda *a: gen.append((a[2].clone(), a[3].clone()))
                         or original_gen(*a))
     state = alg.init_client(0)

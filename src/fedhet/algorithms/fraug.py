@@ -1,6 +1,6 @@
 """FRAug (Chen, Frikha, Krompass, Gu, Tresp, ICCV 2023): federated representation augmentation.
 
-Each client k holds a classifier f^k/h^k (shared, averaged like FedBN: BatchNorm stays local), a copy of the
+Each client k holds a classifier f^k/h^k (shared; its BatchNorm local or affine-shared per `bn_share`), a copy of the
 shared class-conditional generator g (sent and averaged under the `gen/` key prefix), a local RTNet m^k and
 EMA class prototypes u_bar_c^k (both kept in the ClientState, never sent). Per local step (Alg. 1):
 
@@ -14,20 +14,9 @@ EMA class prototypes u_bar_c^k (both kept in the ClientState, never sent). Per l
       L_rt  = -Ent(h(u_hat)) - sum_c Ent(h(u_hat_c))
               + beta * (MMD(u_hat, u) + sum_c MMD(u_hat_c, u_bar_c))               -> m only    (Eq. 6)
 
-Schedules lam_c, lam_syn (appendix A.2) and the losses: `fedhet.algorithms.fraug_losses`. Every choice the paper
-leaves open, and every way the official code (HaokunChen245/FRAug) differs from the paper, is a `Params` field
-(`fraug_params`); `preset: official` (the default: the official code's Digits setting) or `paper` (fedhet's reading
-of the paper, the default before issue 37) sets them all. docs/fraug.md tabulates paper vs official vs fedhet.
-- sharing: classifier BatchNorm fully local (`bn_share: none`, FedBN) or affine shared with the running statistics
-  local (`affine`, official); g and the classifier averaged per `aggregation` (`server`: server.aggregation).
-- stage 2: omega <- grad L_gen, phi <- grad L_rt, both taken before either steps (`rt_grad_to_generator`); u from
-  stage 1 (`stage2_features: reuse`), recomputed in train (`recompute`) or eval mode (`eval`, official).
-- ablations (Table 5): `use_generator`, `use_rtnet`, `use_ema`; without the generator m maps real embeddings.
-- evaluation as FedBN: the round's shared classifier with the client's local BN (statistics).
-Contract (fedhet.core.contract): one local pass whose step runs stage 1 (the classifier's optimizer, the train
-config's, persisted under `train.persist_optimizer`) then stage 2 (`Optimizers.step_each`: g and m step on
-gradients both taken before either moves; SGD, no clipping, no weight decay, not persisted). The fit's nets,
-prototypes, label cursor, schedules and diagnostics live in `FRAugWork`; the client keeps `FRAugState`.
+The losses and schedules: `fedhet.algorithms.fraug_losses`. Every choice the paper leaves open, and every way the
+official code (HaokunChen245/FRAug) differs from it, is a `Params` field (`fraug_params`), all set by `preset`
+(`official`, the default, or `paper`); docs/fraug.md tabulates them.
 """
 
 from __future__ import annotations
@@ -55,7 +44,7 @@ from fedhet.core.contract import (
     ServerState,
     Work,
 )
-from fedhet.core.messages import Message, Scalar
+from fedhet.core.messages import Message
 from fedhet.core.params import BN_TYPES, StateDict, keys_of_types, state_of
 from fedhet.errors import ConfigError
 from fedhet.models import SplitModel
@@ -120,11 +109,12 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork, FRAugParams]):
             self.server_cfg = dataclasses.replace(self.server_cfg, aggregation=self.params.aggregation)
 
     def shared_keys(self, model: nn.Module) -> set[str]:
-        """All but the classifier's BatchNorm (`bn_share: none`, FedBN) or all but its buffers (`affine`: the
-        official model_share 'no_bn_running_stats', server_base.py:78)."""
+        """All but the classifier's BatchNorm (`bn_share: none`, FedBN) or all but its running statistics (`affine`:
+        the official model_share 'no_bn_running_stats', server_base.py:78)."""
+        local = keys_of_types(model, BN_TYPES)
         if self.params.bn_share == "affine":
-            return set(model.state_dict()) - fl.bn_buffer_keys(model)
-        return set(model.state_dict()) - keys_of_types(model, BN_TYPES)
+            local -= dict(model.named_parameters()).keys()
+        return set(model.state_dict()) - local
 
     # ------------------------------------------------------------------ networks
     def new_generator(self) -> Generator:
@@ -142,11 +132,11 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork, FRAugParams]):
         build = self.new_generator if slot == "gen" else self.new_rtnet
         if weights is None:
             self._nets[slot] = build()
-        elif slot not in self._nets:
+            return self._nets[slot].train()
+        if slot not in self._nets:
             with torch.random.fork_rng(devices=[]):
                 self._nets[slot] = build()
-        if weights is not None:
-            self._nets[slot].load_state_dict(weights)
+        self._nets[slot].load_state_dict(weights)
         return self._nets[slot].train()
 
     def init_server(self) -> ServerState:
@@ -155,23 +145,6 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork, FRAugParams]):
             return server
         gen = {GEN + k: v for k, v in state_of(self.new_generator()).items()}
         return dataclasses.replace(server, model={**server.model, **gen})
-
-    # ------------------------------------------------------------------ losses (fedhet.algorithms.fraug_losses)
-    def synthetic_loss(self, head: nn.Module, u: Tensor, y: Tensor, res: Tensor, protos: Tensor, labels_c: Tensor,
-                       res_c: Tensor | None, lam_syn: float) -> Tensor:
-        """Eqs. (2)-(3) with every input detached, so the gradient reaches the head only."""
-        return fl.synthetic_loss(head, u, y, res, protos, labels_c, res_c, lam_syn, self.num_classes,
-                                 self.params.class_reduction)
-
-    def rtnet_loss(self, head: nn.Module, u: Tensor, y: Tensor, u_hat: Tensor, protos: Tensor, labels_c: Tensor,
-                   u_hat_c: Tensor | None, sigma: Tensor | None = None) -> Tensor:
-        """Eq. (6) per class (`rt_form: per_class`) or the official whole-batch L_FT (`batch`), with this run's
-        beta, distance, prototype-MMD choice and class reduction."""
-        p = self.params
-        if p.rt_form == "batch":
-            return fl.rtnet_loss_batch(head, u, u_hat, protos, labels_c, u_hat_c, p.beta, sigma, p.rt_distance)
-        return fl.rtnet_loss(head, u, y, u_hat, protos, labels_c, u_hat_c, p.beta, sigma, p.proto_mmd,
-                             p.class_reduction, p.rt_distance)
 
     # ------------------------------------------------------------------ client side
     def start(self, msg: Message, state: FRAugState, ctx: ClientContext) -> FRAugWork:
@@ -233,7 +206,8 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork, FRAugParams]):
             res = fl.residual(gen, rt, z, y, u)
             base_c = fl.rt_source_c(u, work.protos, labels_c, z2) if gen is None else None
             res_c = fl.residual(gen, rt, z2, labels_c, base_c) if len(labels_c) else None
-        synthetic = self.synthetic_loss(work.model.head, u, y, res, work.protos, labels_c, res_c, work.lam_syn)
+        synthetic = fl.synthetic_loss(work.model.head, u, y, res, work.protos, labels_c, res_c, work.lam_syn,
+                                      self.num_classes, p.class_reduction)
         return Draws(labels_c, z, z2), synthetic
 
     def stage2(self, work: FRAugWork, u: Tensor, y: Tensor, draws: Draws, optimizers: Optimizers) -> Tensor:
@@ -279,20 +253,22 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork, FRAugParams]):
         if len(labels_c):
             src_c = v_c if v_c is not None else fl.rt_source_c(u, protos, labels_c, draws.z2)
             u_hat_c = protos[labels_c] + lam * rt(src_c if route else src_c.detach(), labels_c)
-        return res, self.rtnet_loss(work.model.head, u, y, u + res, protos, labels_c, u_hat_c, sigma)
+        if p.rt_form == "batch":
+            return res, fl.rtnet_loss_batch(work.model.head, u, u + res, protos, labels_c, u_hat_c, p.beta, sigma,
+                                            p.rt_distance)
+        return res, fl.rtnet_loss(work.model.head, u, y, u + res, protos, labels_c, u_hat_c, p.beta, sigma,
+                                  p.proto_mmd, p.class_reduction, p.rt_distance)
 
     def finish(self, work: FRAugWork, state: FRAugState, stats: FitStats) -> tuple[Message, FRAugState]:
-        """Send the classifier's shared part and g; keep the local BN, m, and (`proto_persist`) the prototypes."""
-        p = self.params
-        new = dataclasses.replace(state, local=state_of(work.model, self.parts.local_keys()))
-        if work.rt is not None:
-            new = dataclasses.replace(new, rtnet=state_of(work.rt))
-        if p.use_ema and p.proto_persist:
+        """FedAvg's reply and local part, plus g; keep m and (`proto_persist`) the prototypes. The reported loss is
+        stage 1's mean, with the DIAGNOSTICS' means over the augmented steps."""
+        reply, new = super().finish(work, state, stats)
+        if work.gen is not None:
+            reply.arrays.update({GEN + k: v for k, v in state_of(work.gen).items()})
+        reply.scalars["train_loss"] = float(work.totals[0]) / max(stats.steps, 1)
+        reply.scalars.update(zip(DIAGNOSTICS, (work.totals[1:] / max(work.aug_steps, 1)).tolist(), strict=True))
+        new = dataclasses.replace(new, rtnet=state.rtnet if work.rt is None else state_of(work.rt))
+        if self.params.use_ema and self.params.proto_persist:
             new = dataclasses.replace(new, protos=work.protos.cpu(), proto_seen=work.seen.cpu(),
                                       proto_cursor=work.cursor)
-        arrays = state_of(work.model, self.parts.shared)
-        if work.gen is not None:
-            arrays.update({GEN + k: v for k, v in state_of(work.gen).items()})
-        scalars: dict[str, Scalar] = {"train_loss": float(work.totals[0]) / max(stats.steps, 1), "steps": stats.steps}
-        scalars.update(zip(DIAGNOSTICS, (work.totals[1:] / max(work.aug_steps, 1)).tolist(), strict=True))
-        return Message(arrays=arrays, scalars=scalars), new
+        return reply, new

@@ -1,19 +1,7 @@
-"""FRAug's losses, schedules and draws (Chen et al., ICCV 2023), as plain functions of tensors.
-
-- `synthetic_loss`: L_syn of Eq. (2) on the embeddings of Eq. (3), every input detached (reaches the head only).
-- `generator_loss`: L_gen = CE(h(v_hat), y) - alpha * MMD(v_hat, u)                                       (Eq. 5)
-- `rtnet_loss`:     L_rt  = -Ent(h(u_hat)) - sum_c Ent(h(u_hat_c)) + beta (MMD(u_hat, u) + sum_c MMD(u_hat_c, u_bar_c))
-                                                                                                            (Eq. 6)
-- `mmd_bandwidth`: the Gaussian-kernel bandwidth of every MMD in one local step (`Params.mmd_bandwidth`).
-- `proto_labels`: the classes c of the B_syn prototype-based synthetic embeddings u_hat_c of one step.
-- `lambda_c`, `lambda_syn` (appendix A.2 schedules), `update_prototypes` (Eq. 4).
-- `pick_real`, `rt_source_c`: the RTNet's input for u_hat_c in the ablation without the generator.
-- `residual`, `features_keep_bn`, `features_eval`, `step_diagnostics`: a step's residuals, its recomputed stage-2
-  features and what it reports.
-- `distance` (`Params.gen_distance` / `rt_distance`), `noise`, `mix_weight`, `rtnet_loss_batch`: the official
-  code's variants (HaokunChen245/FRAug; docs/fraug.md, "Paper vs official code vs fedhet").
-
-The sums over classes are reduced by `per_class`: per-class means, then summed (the literal Sigma_c) or averaged.
+"""FRAug's losses, schedules and draws (Chen et al., ICCV 2023) as plain functions of tensors: Eqs. (2)-(6), the
+appendix A.2 schedules, and the official code's variants (HaokunChen245/FRAug; docs/fraug.md, "Paper vs official
+code vs fedhet"). Sums over classes are reduced by `per_class`: per-class means, then summed (the literal Sigma_c)
+or averaged.
 """
 
 from __future__ import annotations
@@ -27,7 +15,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedhet.core.params import BN_TYPES
 from fedhet.losses import gaussian_mmd, median_heuristic_sigma, softmax_entropy
 from fedhet.losses.feature_distance import mean_cov_distance, multi_kernel_mmd
 from fedhet.models import SplitModel
@@ -160,6 +147,11 @@ def generator_loss(head: nn.Module, v: Tensor, y: Tensor, u: Tensor, alpha: floa
     return F.cross_entropy(head(v), y) - alpha * distance(kind, v, u.detach(), sigma)
 
 
+def rtnet_term(logits: Tensor, x: Tensor, target: Tensor, beta: float, sigma: Tensor | None, kind: str) -> Tensor:
+    """One term of Eq. (6) (the official L_FT's branch): -Ent(h(x)) + beta d(x, target), `logits` = h(x)."""
+    return -softmax_entropy(logits) + beta * distance(kind, x, target, sigma)
+
+
 def rtnet_loss(head: nn.Module, u: Tensor, y: Tensor, u_hat: Tensor, protos: Tensor, labels_c: Tensor,
                u_hat_c: Tensor | None, beta: float, sigma: Tensor | None, proto_mmd: str = "prototype",
                reduction: str = "mean", kind: str = "mmd") -> Tensor:
@@ -168,7 +160,7 @@ def rtnet_loss(head: nn.Module, u: Tensor, y: Tensor, u_hat: Tensor, protos: Ten
     The class-c MMD compares with the prototype as a one-sample set, or (`proto_mmd="real"`) with the batch's
     real class-c embeddings when it has any."""
     u = u.detach()
-    loss = -softmax_entropy(head(u_hat)) + beta * distance(kind, u_hat, u, sigma)
+    loss = rtnet_term(head(u_hat), u_hat, u, beta, sigma, kind)
     if u_hat_c is None or not len(labels_c):
         return loss
     logits_c, terms = head(u_hat_c), []
@@ -176,19 +168,18 @@ def rtnet_loss(head: nn.Module, u: Tensor, y: Tensor, u_hat: Tensor, protos: Ten
         mask = labels_c == c
         real = u[y == c] if proto_mmd == "real" else u[:0]
         target = real if len(real) else protos[c].detach()[None]
-        terms.append(-softmax_entropy(logits_c[mask]) + beta * distance(kind, u_hat_c[mask], target, sigma))
+        terms.append(rtnet_term(logits_c[mask], u_hat_c[mask], target, beta, sigma, kind))
     total = torch.stack(terms)
     return loss + (total.sum() if reduction == "sum" else total.mean())
 
 
 def rtnet_loss_batch(head: nn.Module, u: Tensor, u_hat: Tensor, protos: Tensor, labels_c: Tensor,
                      u_hat_c: Tensor | None, beta: float, sigma: Tensor | None, kind: str) -> Tensor:
-    """The official L_FT (user_FRAug.py:237-275): each branch -Ent(h(.)) + beta d(., target) on its whole batch,
-    targets u (real branch) and u_bar[labels_c] (prototype branch), the two branches averaged."""
-    terms = [-softmax_entropy(head(u_hat)) + beta * distance(kind, u_hat, u.detach(), sigma)]
+    """The official L_FT (user_FRAug.py:237-275): `rtnet_term` on each branch's whole batch, targets u (real
+    branch) and u_bar[labels_c] (prototype branch), the two branches averaged."""
+    terms = [rtnet_term(head(u_hat), u_hat, u.detach(), beta, sigma, kind)]
     if u_hat_c is not None and len(labels_c):
-        target = protos.detach()[labels_c]
-        terms.append(-softmax_entropy(head(u_hat_c)) + beta * distance(kind, u_hat_c, target, sigma))
+        terms.append(rtnet_term(head(u_hat_c), u_hat_c, protos.detach()[labels_c], beta, sigma, kind))
     return torch.stack(terms).mean()
 
 
@@ -223,13 +214,6 @@ def initial_prototypes(protos: Tensor | None, seen: Tensor | None, num_classes: 
             torch.full((num_classes,), zeros, dtype=torch.bool, device=device))
 
 
-def bn_buffer_keys(model: nn.Module) -> set[str]:
-    """State-dict keys of the BatchNorm buffers (running mean / var, batch count): what `bn_share: affine` keeps
-    local (official model_share 'no_bn_running_stats', server_base.py:78)."""
-    return {f"{name}.{b}" if name else b for name, mod in model.named_modules() if isinstance(mod, BN_TYPES)
-            for b, _ in mod.named_buffers(recurse=False)}
-
-
 @contextmanager
 def eval_mode(*nets: nn.Module | None) -> Iterator[None]:
     """The given networks in eval mode (BatchNorm on running statistics) inside the block, restored after."""
@@ -256,9 +240,8 @@ def features_keep_bn(model: SplitModel, x: Tensor) -> Tensor:
 @torch.no_grad()
 def features_eval(model: SplitModel, x: Tensor) -> Tensor:
     """f(x) with BatchNorm in eval mode (running statistics), as the official stage 2 (user_FRAug.py:197, 215)."""
-    model.eval()
-    u: Tensor = model.features(x)
-    model.train()
+    with eval_mode(model):
+        u: Tensor = model.features(x)
     return u
 
 
