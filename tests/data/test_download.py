@@ -200,3 +200,24 @@ def test_materialize_keeps_encoded_bytes_and_cleans_up_on_failure(tmp_path: Path
         with pytest.raises(OSError, match="connection reset"):
             materialize(broken(), tmp_path, ["dog"], fmt)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"] and _leftovers(tmp_path) == []
+
+
+def test_images_are_written_as_grey_or_rgb_whatever_mode_they_come_in(tmp_path: Path) -> None:
+    """An RGBA or palette image becomes RGB, in an npz and in a folder's PNG; a grey one stays grey."""
+    rgba = Image.new("RGBA", (4, 3), (10, 20, 30, 40))
+    materialize(iter([("a", "x", rgba, 0), ("a", "x", rgba.convert("P"), 0)]), tmp_path / "npz", ["x"], "npz")
+    with np.load(tmp_path / "npz" / "a.npz") as z:
+        assert z["x"].shape == (2, 3, 4, 3) and (z["x"][0] == [10, 20, 30]).all()
+    written = materialize(iter([("a", "x", rgba), ("a", "x", Image.new("L", (4, 3)))]), tmp_path / "folder", ["x"],
+                          "folder")
+    assert sorted(Image.open(p).mode for p in (written["a"] / "x").iterdir()) == ["L", "RGB"]
+
+
+def test_hub_columns_are_found_by_their_feature_type_before_their_name() -> None:
+    from fedhet.data.download import _columns
+
+    typed_image = type("Image", (), {})()  # named like datasets.Image
+    split = FakeSplit([], {"image": object(), "photo": typed_image, "label": object(), "kind": ClassLabel(["cat"]),
+                           "domain": object()})
+    image_col, label_col, domain_col, class_name = _columns(split)
+    assert (image_col, label_col, domain_col, class_name(0)) == ("photo", "kind", "domain", "cat")

@@ -1,18 +1,11 @@
 """Downloads behind `data.download: true`: fetch a dataset once and convert it into the loaders' own layout.
 
 Nothing here runs unless a loader finds its files missing and `data.download` is true. Every dataset is
-converted once, atomically, into the layout its loader reads, so later runs read from disk:
-
-- `materialize(samples, dest, classes, fmt)` is the one writer: it takes an iterator of
-  `(domain, class_name, image)` (or `(domain, class_name, image, split)` with split 0 train / 1 test) and
-  writes either `dest/<domain>.npz` (`x` uint8 NxHxW[xC], `y` int64, optional `split`) or image folders
-  `dest/<domain>/<class>/<n>.<ext>`. Each npz goes to a temporary file that is `os.replace`d into place; each
-  domain folder is written under a temporary folder that is renamed into place when complete, so an
-  interrupted download leaves nothing a loader would read (temporaries are removed on errors).
-- `torchvision_digits(...)` yields MNIST / USPS samples from torchvision (downloaded to a temporary folder
-  that is deleted after the conversion).
-- `hf_samples(...)` yields samples of a Hugging Face hub dataset (Flower Datasets' `flwrlabs/...` copies),
-  needing the optional package `datasets` (`pip install datasets`).
+converted once, atomically, into the layout its loader reads, so later runs read from disk: `materialize` is the
+one writer (an npz per domain, or image folders; each written to a temporary that is moved into place when
+complete, so an interrupted download leaves nothing a loader would read), fed by `torchvision_digits` (MNIST /
+USPS, downloaded to a temporary folder deleted after the conversion) or `hf_samples` (a Hugging Face hub dataset,
+Flower Datasets' `flwrlabs/...` copies, needing the optional package `datasets`).
 """
 
 from __future__ import annotations
@@ -66,16 +59,21 @@ def write_npz_atomic(path: Path, **arrays: np.ndarray) -> Path:
     return atomic_write(path, write)
 
 
-def _image_array(image: Any) -> np.ndarray:  # Any: a PIL image or an array
-    """A PIL image, array, tensor or HF `{"bytes", "path"}` dict as a uint8 HxW or HxWxC array."""
+def _numpy(data: Any) -> np.ndarray:  # Any: a tensor, an array or a list
+    return data.numpy() if hasattr(data, "numpy") else np.asarray(data)
+
+
+def _decoded(image: Any) -> Image.Image:  # Any: a PIL image, an HF image record, an array or a tensor
+    """`image` as a PIL image in mode L or RGB."""
     if isinstance(image, dict):
         image = _open_encoded(image)
-    if isinstance(image, Image.Image):
-        if image.mode not in ("L", "RGB"):
-            image = image.convert("RGB")
-        return np.asarray(image, dtype=np.uint8)
-    arr = image.numpy() if hasattr(image, "numpy") else np.asarray(image)
-    return np.asarray(arr, dtype=np.uint8)
+    pil = image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(_numpy(image), dtype=np.uint8))
+    return pil if pil.mode in ("L", "RGB") else pil.convert("RGB")
+
+
+def _image_array(image: Any) -> np.ndarray:  # Any: as _decoded's
+    """A PIL image or HF `{"bytes", "path"}` dict (decoded, L or RGB), array or tensor as a uint8 array."""
+    return np.asarray(_decoded(image) if isinstance(image, (dict, Image.Image)) else _numpy(image), dtype=np.uint8)
 
 
 def _open_encoded(image: dict[str, Any]) -> Image.Image:  # Any: an HF image record
@@ -99,13 +97,7 @@ def _write_image(image: Any, stem: Path) -> None:  # Any: a PIL image or an arra
                 ext = "." + (img.format or "png").lower().replace("jpeg", "jpg")
         stem.with_suffix(ext).write_bytes(data)
         return
-    if isinstance(image, dict):
-        image = _open_encoded(image)
-    if not isinstance(image, Image.Image):
-        image = Image.fromarray(_image_array(image))
-    if image.mode not in ("L", "RGB"):
-        image = image.convert("RGB")
-    image.save(stem.with_suffix(".png"))
+    _decoded(image).save(stem.with_suffix(".png"))
 
 
 def materialize(samples: Iterable[Sample], dest: Path, classes: Sequence[str], fmt: str,
@@ -192,9 +184,7 @@ def torchvision_digits(name: str, domain: str, download_dir: Path) -> Iterator[S
     cls = {"mnist": "MNIST", "usps": "USPS"}[name]
     for split, train in ((0, True), (1, False)):
         ds = getattr(tvd, cls)(str(download_dir), train=train, download=True)
-        data = ds.data.numpy() if hasattr(ds.data, "numpy") else np.asarray(ds.data)
-        targets = ds.targets.numpy() if hasattr(ds.targets, "numpy") else np.asarray(ds.targets)
-        for x, y in zip(data, targets, strict=True):
+        for x, y in zip(_numpy(ds.data), _numpy(ds.targets), strict=True):
             yield domain, str(int(y)), x, split
 
 
@@ -224,20 +214,21 @@ def _import_hf_datasets(dataset: str, domain: str, repo: str) -> Any:  # Any: th
     return hf_datasets
 
 
-def _pick(columns: Sequence[str], candidates: Sequence[str]) -> str | None:
+def _pick(columns: Sequence[str], features: Any,  # Any: an HF split's features (untyped)
+          kind: str | None, names: Sequence[str]) -> str | None:
+    """The column whose feature is a `kind` (HF's type name, e.g. Image), else the first named one of `names`."""
+    typed = next((c for c in columns if type(features.get(c)).__name__ == kind), None) if kind else None
     lower = {c.lower(): c for c in columns}
-    return next((lower[c] for c in candidates if c in lower), None)
+    return typed or next((lower[c] for c in names if c in lower), None)
 
 
 def _columns(split_ds: Any) -> tuple[str, str, str | None, Callable[[Any], str]]:  # Any: HF datasets (untyped)
     """(image column, label column, domain column or None, label -> class name) of one HF split."""
     features = getattr(split_ds, "features", None) or {}
     columns = list(getattr(split_ds, "column_names", None) or features.keys())
-    image_col = next((c for c in columns if type(features.get(c)).__name__ == "Image"), None)
-    image_col = image_col or _pick(columns, _IMAGE_COLUMNS)
-    label_col = next((c for c in columns if type(features.get(c)).__name__ == "ClassLabel"), None)
-    label_col = label_col or _pick(columns, _LABEL_COLUMNS)
-    domain_col = _pick(columns, _DOMAIN_COLUMNS)
+    image_col = _pick(columns, features, "Image", _IMAGE_COLUMNS)
+    label_col = _pick(columns, features, "ClassLabel", _LABEL_COLUMNS)
+    domain_col = _pick(columns, features, None, _DOMAIN_COLUMNS)
     if image_col is None or label_col is None:
         raise DatasetNotFoundError(f"cannot find the image and label columns of the hub dataset (columns: {columns})")
     names = getattr(features.get(label_col), "names", None)
