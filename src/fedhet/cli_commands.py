@@ -29,7 +29,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     allowed = tuple(k for text in args.allow_config_change or [] for k in csv_list(text, "--allow-config-change") or [])
     result = run_experiment(cfg, args.run_dir, resume=args.resume, stop_after=args.stop_after,
                             progress=not args.quiet, overwrite=args.overwrite, allow_changes=allowed)
-    _print_final(result.final, cfg.run.quiet)
+    _print_final(result.final, cfg.run.quiet, result.summary.get("attack"))
     _print_config_changes(result.summary.get("config_changes", []))
     if "novel" in result.summary:
         _print_novel(result.summary["novel"])
@@ -108,10 +108,10 @@ def _print_config_changes(changes: list[dict[str, Any]]) -> None:  # Any: config
         print(f"config change at the resume after round {c['round']}: {c['key']} {c['old']!r} -> {c['new']!r}{note}")
 
 
-def _print_final(final: dict[str, dict[str, float]], quiet: bool) -> None:
-    from fedhet.report.final_table import final_table
+def _print_final(final: dict[str, dict[str, float]], quiet: bool, attack: dict[str, Any] | None = None) -> None:
+    from fedhet.report.final_table import attack_lines, final_table
 
-    for line in final_table(final, quiet):
+    for line in final_table(final, quiet) + attack_lines(attack):
         print(line)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from fedhet import config as C
+from fedhet.config.attack import AttackConfig
 from fedhet.config.privacy import PrivacyConfig
 
 MEANINGS = {
@@ -75,7 +76,7 @@ SWEEP_MEANINGS = {
 }
 SECTIONS = (("data", C.DataConfig), ("model", C.ModelConfig), ("train", C.TrainConfig),
             ("server", C.ServerConfig), ("eval", C.EvalConfig), ("run", C.RunConfig), ("novel", C.NovelConfig),
-            ("privacy", PrivacyConfig))
+            ("privacy", PrivacyConfig), ("attack", AttackConfig))
 
 
 def render_value(value: Any) -> str:  # Any: a config default

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedhet.config.attack import AttackConfig
 from fedhet.config.novel import NovelConfig
 from fedhet.config.privacy import PrivacyConfig
 from fedhet.config.sections import (
@@ -41,6 +42,7 @@ class ExperimentConfig:
     run: RunConfig = field(default_factory=RunConfig)
     novel: NovelConfig = field(default_factory=NovelConfig)  # held-out clients adapted after training
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)  # differential privacy while training
+    attack: AttackConfig = field(default_factory=AttackConfig)  # clients that misbehave while training
     sweep: JSONDict = field(default_factory=dict)  # methods / seeds / datasets for `fedhet sweep`
     tune: JSONDict = field(default_factory=dict)  # search space and tuner for `fedhet tune` (fedhet.tune.config)
     imports: list[str] = field(default_factory=list)  # plugin modules / .py files, imported by validate()
@@ -58,6 +60,7 @@ class ExperimentConfig:
         for section in (self.data, self.train, self.server, self.eval, self.run, self.novel):
             section.validate()
         self.privacy.validate(self.server.aggregation)
+        self.attack.validate(self.run.runtime)
 
     def to_dict(self) -> JSONDict:
         return {k: _to_plain(v) for k, v in dataclasses.asdict(self).items()}

@@ -46,7 +46,7 @@ def aggregate_shared(states: Sequence[StateDict], num_examples: Sequence[int], c
     weights = client_weights(num_examples, "weighted")
     if sum(weights) <= 0:
         raise ValueError("aggregation weights must sum to a positive number")
-    floats = [k for k, v in states[0].items() if v.is_floating_point()]
+    floats = rule_keys(states[0])
     counters = [k for k in states[0] if k not in floats]
     out = average([{k: s[k] for k in counters} for s in states], weights) if counters else {}
     alpha = torch.tensor(weights, dtype=torch.float64, device=states[0][floats[0]].device) if floats else None
@@ -56,6 +56,11 @@ def aggregate_shared(states: Sequence[StateDict], num_examples: Sequence[int], c
             ref = states[0][k]
             out[k] = flat[k].reshape(ref.shape).to(ref.dtype)
     return {k: out[k] for k in states[0]}
+
+
+def rule_keys(state: StateDict) -> list[str]:
+    """The keys of a client's vector: the floating-point shared arrays (integer counters are averaged apart)."""
+    return [k for k, v in state.items() if v.is_floating_point()]
 
 
 def check_clients(cfg: ServerConfig, n: int) -> None:

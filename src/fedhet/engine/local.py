@@ -23,6 +23,7 @@ from fedhet.core.messages import Message
 from fedhet.core.optim import build_optimizer, make_optimizer  # noqa: F401  (make_optimizer: engine.local's API)
 from fedhet.core.params import OptimState, frozen
 from fedhet.core.protocols import SampleSet
+from fedhet.engine.attacks import Poison
 from fedhet.engine.batching import batches
 from fedhet.engine.evaluation import evaluate
 from fedhet.engine.finite import DIVERGED_ADVICE, check_finite
@@ -77,15 +78,18 @@ class PassOptimizers:
 
 
 def run_pass(local_pass: LocalPass, saved: dict[str, OptimState], where: str, default_data: SampleSet,
-             device: torch.device) -> tuple[PassStats, dict[str, OptimState]]:
-    """Run one pass over its mini-batches; returns its statistics and its persisted optimizer states."""
+             device: torch.device, poison: Poison | None = None) -> tuple[PassStats, dict[str, OptimState]]:
+    """Run one pass over its mini-batches; returns its statistics and its persisted optimizer states. `poison`:
+    what an attacker does to each batch of its own training data (engine/attacks.py; not to a pass's own data)."""
     with frozen(local_pass.frozen):
         optimizers = PassOptimizers(local_pass.optimizers, saved, where)
         for module in local_pass.modules:
             module.train()
         data = local_pass.data if local_pass.data is not None else default_data
+        poison = poison if local_pass.data is None else None
         total, steps, seen = 0.0, 0, 0
         for x, y in batches(data, local_pass.train, device=device):
+            x, y = poison(x, y) if poison is not None else (x, y)
             total += float(local_pass.step(x, y, optimizers).detach())
             steps, seen = steps + 1, seen + len(y)
     return PassStats(loss=total / max(steps, 1), steps=steps, examples=seen), optimizers.persisted()
@@ -98,16 +102,18 @@ def where_of(alg: AnyAlgorithm, ctx: ClientContext, local_pass: LocalPass) -> st
 
 
 def fit_client(alg: AnyAlgorithm, msg: Message, state: ClientState, ctx: ClientContext,
-               check: SampleSet | None = None) -> tuple[Message, ClientState]:
+               check: SampleSet | None = None, poison: Poison | None = None) -> tuple[Message, ClientState]:
     """One client's local training from the received `msg`: start, passes, finish. `state` is not modified.
 
     `check`: a split to evaluate the locally trained model on (FedPop's score, the validation loss of w_i^k
     before aggregation); its loss and accuracy join the reply's scalars as `check_loss` / `check_accuracy`.
-    It runs on a forked RNG, so training and every later draw are the same with or without it."""
+    It runs on a forked RNG, so training and every later draw are the same with or without it. `poison`: an
+    attacker's edit of each batch of its training data (engine/attacks.py)."""
     work = alg.start(msg, state, ctx)
     stats, optim = FitStats(), dict(state.optim)
     for local_pass in alg.passes(work):
-        done, saved = run_pass(local_pass, state.optim, where_of(alg, ctx, local_pass), ctx.data.train, ctx.device)
+        done, saved = run_pass(local_pass, state.optim, where_of(alg, ctx, local_pass), ctx.data.train, ctx.device,
+                               poison)
         optim.update(saved)
         stats.passes[local_pass.name] = done
         if local_pass.report:

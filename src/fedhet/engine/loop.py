@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from torch.utils.data import ConcatDataset
@@ -13,6 +14,7 @@ from torch.utils.data import ConcatDataset
 from fedhet.config import ExperimentConfig
 from fedhet.core.contract import ServerState
 from fedhet.core.dp import dp_steps
+from fedhet.engine.attacks import attack_rows, attack_summary, resolve_attack
 from fedhet.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.engine.dp_run import open_ledger, refusal
 from fedhet.engine.driver import Interrupted as Interrupted  # (re-exported: callers import these from here)
@@ -95,6 +97,7 @@ class RoundLoop(RoundDriver[RunResult]):
         self._reopened = False  # a finished run resumed to be extended: summary.json is stale
         self.ledger = open_ledger(exp, clients.num_train_clients)  # privacy.dp's accountant (None: no DP)
         self.stop_reason = refusal(self.ledger, self.server)  # privacy.dp.max_epsilon refuses the next round
+        self.attack = resolve_attack(exp)  # attack: its clients, checked before anything trains
 
     def _snapshot(self) -> Committed:
         return Committed(self.round, self.server, self.clients.get_states(), len(self.metrics), self.elapsed)
@@ -154,6 +157,7 @@ class RoundLoop(RoundDriver[RunResult]):
         messages = {cid: self.alg.broadcast(self.server, info, self.exp.arrangement.state_of[cid]) for cid in pool}
         rows = client_rows(rnd, "test", self.clients.evaluate(rnd, messages, "test"))
         rows = [{**r, TRAIN_TIME: self.train_time_s} if r["client"] == "avg" else r for r in rows]
+        rows = attack_rows(self.attack, rows, messages, partial(self.clients.evaluate, rnd))  # ASR, honest accuracy
         if self.cfg.eval.val:
             rows += client_rows(rnd, "val", self.clients.evaluate(rnd, messages, "val"))
         if self.cfg.eval.pooled_test and not self.alg.personalized:
@@ -236,7 +240,8 @@ class RoundLoop(RoundDriver[RunResult]):
                    "device": str(self.exp.device), "config_changes": self.config_changes,
                    **({"traffic_per_client_round": self.traffic} if self.traffic else {}),
                    **(self.server.facts() if isinstance(self.server, ServerState) else {}),
-                   **(self.ledger.facts(dp_steps(self.server), self.stop_reason) if self.ledger else {})}
+                   **(self.ledger.facts(dp_steps(self.server), self.stop_reason) if self.ledger else {}),
+                   **({"attack": attack_summary(self.attack, self.metrics)} if self.attack else {})}
         if self.stop_reason is not None and self._saved_round != self.round:
             self.checkpoint()
         if self.round >= self.cfg.rounds or self.stop_reason is not None:

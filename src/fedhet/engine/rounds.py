@@ -12,6 +12,7 @@ from fedhet.core.dp import dp_aggregate
 from fedhet.core.messages import Message, Reply, traffic
 from fedhet.core.robust import check_clients
 from fedhet.core.seeding import seeded
+from fedhet.engine.attacks import attack_uploads, resolve_attack
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.finite import DIVERGED_ADVICE, first_nonfinite
 from fedhet.engine.sampling import sample_clients
@@ -52,6 +53,7 @@ def aggregate_round(exp: Experiment, alg: AnyAlgorithm, server: ServerState, rnd
     TrainingDivergedError. `dp_seed`: the seed of privacy.dp's noise (default the run's; a tuning member's own)."""
     flows = traffic(list(messages.values()), [r.message for r in replies])
     info, seed = exp.round_info(rnd), exp.config.seed
+    replies = attack_uploads(resolve_attack(exp), server, replies)  # what attackers upload (engine/attacks.py)
     with seeded(seed, rnd, "aggregate"):  # privacy.dp: clipped, noised (core/dp.py)
         server = dp_aggregate(exp.config.privacy.dp, lambda s, r: alg.aggregate(s, r, info), server, replies,
                               seed if dp_seed is None else dp_seed, rnd)

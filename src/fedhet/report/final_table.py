@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 SUMMARISE_ABOVE = 20  # more clients than this: a summary instead of one row each
 AGGREGATES = ("avg", "pooled")  # rows that are not clients (the client average, the pooled test set)
@@ -54,4 +55,23 @@ def final_table(final: Mapping[str, Metrics], quiet: bool = False) -> list[str]:
     for name in AGGREGATES:
         if name in final:
             lines.append(_row(name, final[name]) + (_left_out(empty) if name == "avg" else ""))
+    return lines
+
+
+def attack_lines(attack: Mapping[str, Any] | None) -> list[str]:  # Any: summary.json values
+    """The lines after the table of a run with an `attack:` (summary.json's `attack`): who attacked, the honest
+    clients' mean and worst accuracy, the attackers' own, and the backdoor's attack success rate."""
+    if not attack:
+        return []
+
+    def pct(key: str) -> str:
+        value = attack.get(key)
+        return "—" if not isinstance(value, float) or math.isnan(value) else f"{100 * value:.2f}%"
+
+    clients = ", ".join(str(c) for c in attack.get("clients", []))
+    lines = [f"attack {attack['kind']} by {clients}: honest clients' accuracy mean {pct('honest_accuracy')}, worst "
+             f"{pct('honest_worst_accuracy')}; attackers' own {pct('attacker_accuracy')} (not a defense metric)"]
+    if attack["kind"] == "backdoor":
+        lines.append(f"backdoor attack success rate on the honest clients' triggered test images: "
+                     f"{pct('attack_success_rate')}")
     return lines

@@ -11,6 +11,7 @@ from fedhet.core.messages import Message, Reply
 from fedhet.core.protocols import SampleSet
 from fedhet.core.seeding import EVALUATE, FIT, client_stream, seeded
 from fedhet.data.federated import ClientData
+from fedhet.engine.attacks import eval_split, poison_of, resolve_attack
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.local import evaluate_client, fit_client
 from fedhet.errors import TrainingDivergedError
@@ -50,6 +51,7 @@ class InProcessClients:
         self.train_data = exp.arrangement.train
         self.states: dict[int, ClientState] = {i: self.alg.init_client(i) for i in range(len(self.train_data))}
         self.check_split: str | None = None  # "val": fit replies carry check_loss / check_accuracy on it
+        self.attack = resolve_attack(exp)  # attack: the attackers poison their batches (engine/attacks.py)
 
     @property
     def num_train_clients(self) -> int:
@@ -77,7 +79,8 @@ class InProcessClients:
         ctx = self.exp.context(cid, rnd, data if data is not None else self.train_data[cid])
         split = check or self.check_split
         with seeded(*client_stream(self.exp.config.seed, rnd, cid, purpose)):
-            return fit_client(alg, msg, state, ctx, check=getattr(ctx.data, split) if split else None)
+            return fit_client(alg, msg, state, ctx, check=getattr(ctx.data, split) if split else None,
+                              poison=poison_of(self.attack, cid))
 
     def fit_job(self, rnd: int, job: FitJob) -> FitOutcome:
         """One job fitted by `fit_one`; a NaN / inf loss gives no reply and the job's old state."""
@@ -93,11 +96,12 @@ class InProcessClients:
         return [self.fit_job(rnd, job) for job in jobs]
 
     def evaluate(self, rnd: int, messages: dict[int, Message], split: str) -> dict[str, dict[str, float]]:
-        """Metrics of each client in `messages` (its deployed model) on its own split ('test' or 'val')."""
+        """Metrics of each client in `messages` (its deployed model) on its own split ('test', 'val', or the
+        backdoor's 'triggered': engine/attacks.py)."""
         results = {}
         for cid in sorted(messages):
             client = self.exp.data.clients[cid]
-            dataset: SampleSet | None = getattr(client, split)
+            dataset: SampleSet | None = eval_split(self.attack, client, split)
             if dataset is None:
                 continue
             state = self.states[self.exp.arrangement.state_of[cid]]
