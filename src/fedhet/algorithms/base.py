@@ -158,8 +158,8 @@ class Algorithm(Generic[S, C, W, P]):
         model, opt = self.server_opt.step(server.model, averaged, server.opt)
         return dataclasses.replace(server, model=model, opt=opt)
 
-    def server_model(self, server: S) -> nn.Module:
-        """The global model (for pooled evaluation of non-personalized methods)."""
+    def server_model(self, server: S) -> SplitModel:
+        """A new model holding the global weights (pooled evaluation; a server that trains the model further)."""
         return self.parts.assemble(self.parts.new(), server.model, {})
 
     def reply_layout(self, broadcast: Message) -> dict[str, ArraySpec]:

@@ -212,7 +212,7 @@ class Dense(Algorithm[DenseServer, ClientState, Work, DenseParams]):
             raise ConfigError(f"dense clients sent inputs of different shapes {sorted(shapes)}; set data.image_size")
         geometry = shapes.pop()
         teacher = self.teacher(replies)
-        student = self.parts.assemble(self.parts.new(), server.model, {}).to(self.device)
+        student = self.server_model(server).to(self.device)
         generator = Generator(p.nz, p.ngf, max(geometry[1:]), geometry[0]).to(self.device).train()
         opt = torch.optim.SGD(student.parameters(), lr=p.kd_lr, momentum=0.9)
         g = torch_generator(info.seed, "dense-server")

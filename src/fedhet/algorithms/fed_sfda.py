@@ -193,7 +193,7 @@ class FedSFDA(Algorithm[FedSFDAServer, FedSFDAState, FedSFDAWork, FedSFDAParams]
                                          y=torch.cat([source.y, source.y]))
         elif p.fda:
             log.warning("fed_sfda: no client sent a style in round 1; pre-training on the source data alone")
-        model = self.parts.assemble(self.parts.new(), server.model, {})
+        model = self.server_model(server)
         loss = train_on_tensors(model, source.x, source.y, p.pretrain_epochs, self.train_cfg,
                                 p.pretrain_lr or self.train_cfg.lr, self.device, hflip=source.hflip,
                                 what="Fed-SFDA source pre-training", lr_setting="method_args.pretrain_lr")

@@ -276,7 +276,7 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork, FedBiPParams]):
         if len(shapes) > 1:
             raise ConfigError(f"fedbip clients sent images of different shapes {sorted(shapes)}: one classifier "
                               "needs one input size; set data.image_size")
-        model = self.parts.assemble(self.parts.new(), server.model, {})
+        model = self.server_model(server)
         x, y = torch.cat(xs), torch.cat(ys)
         start = time.perf_counter()
         loss = train_on_tensors(model, x, y, self.params.classifier_epochs, self.train_cfg, self.train_cfg.lr,

@@ -183,7 +183,7 @@ class FedD3(Algorithm[FedD3Server, ClientState, FedD3Work, FedD3Params]):
         y = torch.cat([r.message.arrays["labels"] for r in replies])
         if x.shape[1:].numel() != math.prod(shape):
             raise ConfigError("fedd3: an upload's instances do not match its input shape")
-        model = self.parts.assemble(self.parts.new(), server.model, {})
+        model = self.server_model(server)
         train_on_tensors(model, x, y, self.params.server_epochs, self.train_cfg, self.train_cfg.lr, self.device,
                          what="FedD3 server training on the distilled instances")
         return dataclasses.replace(server, model=state_of(model, self.parts.shared), distilled=len(y))
