@@ -258,6 +258,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
         print(summary_line(check_overrides(args.config or "flower-app", args.run_config)))
         return 0
     cfg = load_config(*config_and_overrides(args))
+    cfg.attack.validate("flower")  # an attack runs in process only: refused by name (config/attack.py)
     run_dir = Path(args.run_dir) if args.run_dir else run_dir_for(cfg)
     if args.workdir is not None or args.action == "app":
         from fedhet.outpaths import check_output_dir

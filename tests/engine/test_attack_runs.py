@@ -9,18 +9,18 @@ from pathlib import Path
 import pytest
 from fedhet_testing import metric_rows
 
+from fedhet.cli import main
 from fedhet.config import load_config
 from fedhet.engine.attacks import ASR, choose_attackers
 from fedhet.errors import ConfigError
 from fedhet.launch.run import run_experiment
 
 BASE = ["data.dataset=offline_digits", "model.name=small_cnn", "model.args={width: 8}", "train.batch_size=16",
-        "train.lr=0.1", "train.momentum=0.5", "data.augment=false", "run.quiet=true", "data.max_test_per_client=40",
-        "rounds=2"]
+        "train.lr=0.1", "train.momentum=0.5", "data.augment=false", "run.quiet=true", "data.max_test_per_client=40"]
 
 
 def run(tmp_path: Path, name: str, *extra: str) -> dict:
-    result = run_experiment(load_config(None, [*BASE, *extra]), tmp_path / name)
+    result = run_experiment(load_config(None, [*BASE, "rounds=2", *extra]), tmp_path / name)
     return json.loads((result.run_dir / "summary.json").read_text())
 
 
@@ -49,13 +49,23 @@ def test_the_median_defends_a_sign_flip_that_breaks_the_mean(tmp_path: Path) -> 
     assert mean["final"]["avg"]["loss"] > 5 > median["final"]["avg"]["loss"]  # the mean's loss blew up (20.6)
 
 
-def test_a_drawn_fraction_of_attackers_is_recorded(tmp_path: Path) -> None:
-    summary = run(tmp_path, "lf", "rounds=1", "train.local_steps=1", "attack.kind=label_flip", "attack.fraction=0.25",
-                  "seed=3")
+def test_a_drawn_fraction_of_attackers_is_recorded_and_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                                ) -> None:
+    assert main(["run", *BASE, "rounds=1", "train.local_steps=1", "attack.kind=label_flip", "attack.fraction=0.25",
+                 "seed=3", "--run-dir", str(tmp_path / "lf")]) == 0
+    summary = json.loads((tmp_path / "lf" / "summary.json").read_text())
     names = ["clean", "inverted", "colored", "thick_blur"]
     drawn = choose_attackers(load_config(None, ["attack.kind=label_flip", "attack.fraction=0.25"]).attack, 3, names,
                              [0, 1, 2, 3])
     assert summary["attack"]["client_ids"] == drawn and summary["attack"]["clients"] == [names[drawn[0]]]
+    assert f"attack label_flip by {names[drawn[0]]}: honest clients' accuracy mean" in capsys.readouterr().out
+
+
+def test_flower_refuses_an_attack_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("flwr")
+    assert main(["flower", "simulate", "configs/quickstart.yaml", "attack.kind=sign_flip", "attack.clients=[0]",
+                 "--run-dir", str(tmp_path / "f")]) == 2
+    assert "runs in process only" in capsys.readouterr().err and not (tmp_path / "f").exists()
 
 
 def test_attackers_that_are_no_minority_under_the_median_are_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -59,9 +59,9 @@ class AttackConfig:
                                   f"attack ({', '.join(ATTACK_KINDS[1:])}) or drop them")
             return
         if runtime != "inprocess":
-            raise ConfigError(f"attack.kind={self.kind} runs under run.runtime=inprocess only (the batched runtime "
-                              f"trains clients together as lanes, Flower clients run their own code); got "
-                              f"run.runtime={runtime}: set run.runtime=inprocess")
+            raise ConfigError(f"attack.kind={self.kind} runs in process only (`fedhet run` with run.runtime=inprocess;"
+                              f" the batched runtime trains clients together as lanes, Flower clients run their own "
+                              f"code); got {runtime}: run it with run.runtime=inprocess")
         if bool(self.clients) == (self.fraction is not None):
             raise ConfigError("attack: give either attack.clients (ids or names) or attack.fraction (a share of the "
                               "clients drawn from the seed), not both and not neither")
