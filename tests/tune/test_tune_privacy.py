@@ -58,6 +58,7 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_epsilon_composes_every_member_round(straight: Path) -> None:
     privacy = json.loads((straight / "summary.json").read_text())["privacy"]
     assert privacy["member_rounds"] == 4 and privacy["dp_rounds"] == 2 and privacy["sampling"] == "shared"
+    assert privacy["members_per_round"] == [2, 2]
     assert privacy["epsilon"] == pytest.approx(by_hand((2, True), (2, True)), rel=1e-6)
     eps = [r["epsilon"] for r in privacy_rows(straight)]
     assert eps == pytest.approx([by_hand((2, True)), by_hand((2, True), (2, True))], rel=1e-6)
@@ -72,7 +73,7 @@ def test_sha_counts_only_the_rounds_members_trained(tmp_path: Path) -> None:
     """3 configurations, one elimination after round 1 (keeps 1): 3 member-rounds, then 1."""
     result = tuned(tmp_path, "tune.wrapper=sha", "tune.configs=3", "tune.eliminations=1")
     privacy = result.summary["privacy"]
-    assert privacy["member_rounds"] == 4
+    assert privacy["member_rounds"] == 4 and privacy["members_per_round"] == [3, 1]
     assert privacy["epsilon"] == pytest.approx(by_hand((3, True), (1, True)), rel=1e-6)
 
 

@@ -142,4 +142,5 @@ class JobPrivacy:
             return {}
         facts = self.ledger.facts(len(self.rounds), stopped)["privacy"]
         return {"privacy": {**facts, "epsilon": self.spent(), "member_rounds": sum(self.rounds),
+                            "members_per_round": list(self.rounds),
                             "sampling": "shared" if self.shared else "per_member", "covers": COVERS}}
