@@ -126,7 +126,7 @@ class LoopbackGrid:
                 self.replies[msg_id] = node_app.answer(msg.metadata.message_type, msg, self.contexts[node])
             else:
                 self.replies[msg_id] = flower_client.handle(msg.metadata.message_type, msg, self.contexts[node],
-                                                             self.config)
+                                                             flower_client.ClientSetup(self.config))
             ids.append(msg_id)
         return ids
 
@@ -200,11 +200,12 @@ def test_state_dir_restores_a_restarted_node(tmp_path, task_identity) -> None:
     saved = flower_client.stored_state(context, 1)
     fresh = Context(run_id=1, node_id=1, state=RecordDict(), run_config={}, node_config=context.node_config)
     restored = flower_client.load_state(fresh, exp, setup, 2, 1)
+    assert flower_client.stored_rounds(fresh) == [1]  # read from disk once, then kept in context.state
     assert (tmp_path / flower_client.run_key(setup) / "client_2" / "round_1.pt").is_file()
     for key, value in saved.local.items():
         assert torch.equal(restored.local[key], value)
     assert flower_client.load_state(fresh, exp, setup, 2, 0) == exp.algorithm.init_client(2)  # round 0: initial
-    with pytest.raises(Exception, match="no state of round 2"):
+    with pytest.raises(Exception, match=r"no state of round 2: not in context.state \(rounds \[1\]\)"):
         flower_client.load_state(fresh, exp, setup, 2, 2)
 
 

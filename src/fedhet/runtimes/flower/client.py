@@ -2,20 +2,9 @@
 
 The client id is the node's `partition-id` (Flower's node config; the simulation sets it for every virtual
 node), or in a node-data run its `client-id`, with its data read from its own `data-root` (local_data.py).
-The client's state (FedBN's local BatchNorm, Ditto's personal model, optimizer states, ...) never leaves the
-node. It is kept per round: after fitting round r the node stores its new state as "round r" (in Flower's
-`context.state`, and as `round_<r>.pt` in its state folder when it has one), but uses it only once the server
-says so. Every request of fedhet's server carries `state-round` (in its "config" record): the last round whose
-fit reply of this client the server aggregated (0: none, the algorithm's initial state); a stock Flower
-strategy's requests do not, and the client then continues from its latest state. A client whose reply was lost
-or rejected therefore continues from the state it had before that round, exactly as if it had not been sampled,
-and a resumed run asks each client for the state its checkpoint refers to. `keep-rounds` names the other rounds
-the server may still ask for (its last checkpoint, the start of the current round); older states are deleted.
-
-State folder: node config `state-dir=PATH` (per node; `PATH/<run key>/client_<id>/`), else the run's
-`client-state-dir` (`fedhet flower simulate / deploy` use `<run dir>/client_states/client_<id>/`).
-Without one, states live in `context.state` only, which lasts one Flower run: a resumed run then needs
-clients that had not yet been aggregated.
+The client's state never leaves the node: kept per round in Flower's `context.state` and, with a state folder
+(node config `state-dir`, else the run's `client-state-dir`), in `round_<r>.pt` files; a request's `state-round`
+says which round's state to continue from, `keep-rounds` which others to keep (docs/flower.md, "Client state").
 """
 
 from __future__ import annotations
@@ -67,10 +56,6 @@ class ClientSetup:
     node_data: bool = False  # each node loads only its own data from its data-root (local_data.py)
 
 
-def _setup(setup: ClientSetup | JSONDict) -> ClientSetup:
-    return setup if isinstance(setup, ClientSetup) else ClientSetup(config=setup)
-
-
 _EXPECTED: dict[int, dict[str, tuple[int, ...]]] = {}  # id(experiment) -> its broadcast's array shapes
 
 
@@ -91,17 +76,16 @@ def check_stock_arrays(exp: Experiment, arrays: JSONDict) -> None:
         sample = exp.algorithm.broadcast(exp.init_server(), exp.round_info(1), 0)
         _EXPECTED[id(exp)] = {k: tuple(v.shape) for k, v in sample.arrays.items()}
     expected = _EXPECTED[id(exp)]
-    missing, unknown = sorted(set(expected) - set(arrays)), sorted(set(arrays) - set(expected))
-    problems = [f"missing {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}" if missing else "",
-                f"unknown {', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}" if unknown else ""]
+    odd = (("missing", sorted(set(expected) - set(arrays))), ("unknown", sorted(set(arrays) - set(expected))))
+    problems = [f"{what} {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}" for what, names in odd if names]
     shapes = [f"{k}: {tuple(arrays[k].shape)}, expected {expected[k]}" for k in sorted(set(expected) & set(arrays))
               if tuple(arrays[k].shape) != expected[k]]
-    problems += [f"shape of {shapes[0]}" + (f" (and {len(shapes) - 1} more)" if len(shapes) > 1 else "")] \
-        if shapes else []
-    if any(problems):
+    if shapes:
+        problems.append(f"shape of {shapes[0]}" + (f" (and {len(shapes) - 1} more)" if len(shapes) > 1 else ""))
+    if problems:
         raise FedhetError(f"the server's arrays do not fit {exp.config.method} on {exp.config.model.name}: "
-                          f"{'; '.join(p for p in problems if p)}. A stock strategy must send the arrays this "
-                          "method broadcasts (its initial_arrays from the same model and method: docs/flower.md)")
+                          f"{'; '.join(problems)}. A stock strategy must send the arrays this method broadcasts "
+                          "(its initial_arrays from the same model and method: docs/flower.md)")
 
 
 def client_id(context: Context, exp: Experiment) -> int:
@@ -152,6 +136,11 @@ def _stored(context: Context) -> JSONDict:
     return dict(record) if record is not None else {}
 
 
+def _keep(context: Context, rnd: int, data: bytes) -> None:
+    """Keep the state bytes of round `rnd` in context.state."""
+    context.state[STATE_KEY] = ConfigRecord({**_stored(context), f"r{rnd}": data})
+
+
 def stored_rounds(context: Context) -> list[int]:
     """The rounds whose states this node keeps in context.state."""
     return sorted(int(k[1:]) for k in _stored(context))
@@ -166,10 +155,9 @@ def stored_state(context: Context, rnd: int) -> ClientState | None:
 def load_state(context: Context, exp: Experiment, setup: ClientSetup, cid: int, state_round: int) -> ClientState:
     """The client's state after round `state_round`: from context.state, else from its state folder, else
     (round 0) the algorithm's initial state; a clear error when it is gone."""
-    stored = _stored(context)
-    data = stored.get(f"r{state_round}")
-    if data is not None:
-        return state_from_bytes(data)
+    stored = stored_state(context, state_round)
+    if stored is not None:
+        return stored
     if state_round == 0:
         initial: ClientState = exp.algorithm.init_client(cid)  # a method looked up by name: its own state type
         return initial
@@ -177,18 +165,18 @@ def load_state(context: Context, exp: Experiment, setup: ClientSetup, cid: int, 
     path = None if folder is None else folder / f"round_{state_round}.pt"
     if path is not None and path.is_file():
         data = path.read_bytes()
-        context.state[STATE_KEY] = ConfigRecord({**stored, f"r{state_round}": data})
+        _keep(context, state_round, data)
         return state_from_bytes(data)
     where = f"nor in {folder}" if folder is not None else "and the node has no state-dir"
     raise FedhetError(f"client {cid} has no state of round {state_round}: not in context.state "
-                      f"(rounds {sorted(int(k[1:]) for k in stored)}) {where}. It was lost with a restarted SuperNode "
+                      f"(rounds {stored_rounds(context)}) {where}. It was lost with a restarted SuperNode "
                       "or a new Flower run; give the SuperNodes a state-dir (node config) to resume")
 
 
 def save_state(context: Context, setup: ClientSetup, cid: int, rnd: int, state: ClientState) -> None:
     """Store the state after fitting round `rnd` (used once the server aggregates this reply)."""
     data = state_to_bytes(state)
-    context.state[STATE_KEY] = ConfigRecord({**_stored(context), f"r{rnd}": data})
+    _keep(context, rnd, data)
     folder = state_folder(context, setup, cid)
     if folder is not None:
         atomic_write_bytes(folder / f"round_{rnd}.pt", data)
@@ -236,11 +224,10 @@ def _request(content: RecordDict, context: Context, setup: ClientSetup, fit: boo
     return exp, cid, request, state_round, setup
 
 
-def train_content(content: RecordDict, context: Context, setup: ClientSetup | JSONDict) -> RecordDict:
+def train_content(content: RecordDict, context: Context, setup: ClientSetup) -> RecordDict:
     """One client's local training round, seeded by (seed, round, client, 'fit') as in-process: the reply's
     content (the request's content in, `context.state` updated); under privacy.dp.mode=local its update clipped
     and noised here, on the node."""
-    setup = _setup(setup)
     exp, cid, request, state_round, setup = _request(content, context, setup, fit=True)
     rnd = request.round
     state = load_state(context, exp, setup, cid, state_round)
@@ -254,10 +241,9 @@ def train_content(content: RecordDict, context: Context, setup: ClientSetup | JS
     return fit_reply_content(out, ctx.data.num_train)
 
 
-def evaluate_content(content: RecordDict, context: Context, setup: ClientSetup | JSONDict) -> RecordDict:
+def evaluate_content(content: RecordDict, context: Context, setup: ClientSetup) -> RecordDict:
     """Metrics of the client's deployed model on its own split (the request's `split`, else 'test'), seeded by
     (seed, round, client, 'evaluate')."""
-    setup = _setup(setup)
     exp, cid, request, state_round, setup = _request(content, context, setup, fit=False)
     split = request.split or "test"
     if split not in ("train", "val", "test"):
@@ -271,10 +257,9 @@ def evaluate_content(content: RecordDict, context: Context, setup: ClientSetup |
     return evaluate_reply_content(metrics)
 
 
-def query_content(content: RecordDict, context: Context, setup: ClientSetup | JSONDict) -> RecordDict:
+def query_content(content: RecordDict, context: Context, setup: ClientSetup) -> RecordDict:
     """Which client this node holds: the server's one question at start (a stock ClientApp does not answer it;
     the server then gives that node a free client id, see transport.NodeLink)."""
-    setup = _setup(setup)
     exp, cid = experiment_and_id(context, setup)
     answer: JSONDict = {PARTITION_ID: cid}
     if setup.node_data:  # what the server needs to build the model, no samples (local_data.py)
@@ -285,7 +270,7 @@ def query_content(content: RecordDict, context: Context, setup: ClientSetup | JS
 HANDLERS = {"train": train_content, "evaluate": evaluate_content, "query": query_content}
 
 
-def handle(kind: str, msg: FlowerMessage, context: Context, setup: ClientSetup | JSONDict) -> FlowerMessage:
+def handle(kind: str, msg: FlowerMessage, context: Context, setup: ClientSetup) -> FlowerMessage:
     """Answer a train / evaluate / query message of the ServerApp (`kind`: Flower's message type, with or
     without its action: "query.partition_id" is a query)."""
     return FlowerMessage(HANDLERS[kind.split(".")[0]](msg.content, context, setup), reply_to=msg)
