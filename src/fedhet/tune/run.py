@@ -28,7 +28,7 @@ from fedhet.atomic import atomic_write_text
 from fedhet.config import ExperimentConfig
 from fedhet.engine.driver import PhaseHook, RoundDriver
 from fedhet.engine.experiment import build_experiment
-from fedhet.engine.loop import run_dir_for
+from fedhet.engine.loop import evaluated, run_dir_for
 from fedhet.engine.rundir import RunDirectory, claimed, client_rows
 from fedhet.engine.signals import StopSignals
 from fedhet.errors import FedhetError
@@ -153,7 +153,7 @@ class TuningJob(RoundDriver[TuneResult]):
             for member in live:
                 member.alive = member.slot in kept
         pop.global_search(rnd)  # if due
-        if rnd % self.cfg.eval.every == 0 or rnd == self.cfg.rounds:
+        if evaluated(self.cfg, rnd):
             self.rows += client_rows(rnd, "test", pop.evaluate(self.leader(), rnd, "test"))
         return None
 
