@@ -120,7 +120,7 @@ def test_bad_input(runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.Mo
         with pytest.raises(FedhetError, match="method 'all' trains on the pooled data"):
             attack(runs["all"])
     monkeypatch.setattr(FedAvg, "one_shot", True)
-    with pytest.raises(FedhetError, match="is one-shot: its clients upload data"):
+    with pytest.raises(FedhetError, match="is one-shot: its clients upload once"):
         invert_run(runs["fedavg"])
     monkeypatch.undo()
     with attacked_run(runs["fedavg"]) as run, pytest.raises(FedhetError, match="uploads no weights of the model"):

@@ -46,7 +46,8 @@ def check_uploads_weights(run: AttackedRun) -> None:
     alg = run.exp.algorithm
     if alg.one_shot or alg.centralized:
         what = "trains on the pooled data, so no client uploads anything" if alg.centralized else \
-            "is one-shot: its clients upload data (e.g. FedBiP's latents), not model weights"
+            ("is one-shot: its clients upload once, before the server's step (FedBiP: latents, FedD3: distilled "
+             "images, DENSE: a model trained from the initial one), so a checkpoint holds no round to replay")
         raise FedhetError(f"method '{alg.name}' {what}; an attack on uploaded weights needs a method that sends "
                           "model weights each round (fedavg, fedbn, ditto, fraug, feddat, ...)")
 
