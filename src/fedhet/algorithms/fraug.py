@@ -95,9 +95,7 @@ class FRAug(Algorithm[ServerState, FRAugState, FRAugWork, FRAugParams]):
     Params = FRAugParams
     # L_G / L_FT weights, g / m step sizes: read per step
     capabilities = Capabilities(call_params=frozenset({"alpha", "beta", "eta_g", "eta_m"}))
-    server_state_type = ServerState
-    client_state_type = FRAugState
-    work_type = FRAugWork
+    server_state_type, client_state_type, work_type = ServerState, FRAugState, FRAugWork
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # Any: forwarded to Algorithm.__init__
         super().__init__(*args, **kwargs)

@@ -99,13 +99,13 @@ class FRAugParams:
             setattr(self, key, value)
 
     def validate(self) -> None:
+        """One ConfigError naming the first invalid key and its valid values."""
         for key, choices in CHOICES.items():
             if getattr(self, key) not in choices:
                 raise ConfigError(f"fraug: {key} must be one of {', '.join(choices)}, got {getattr(self, key)!r}")
-        positive = {"z_dim": self.z_dim, "eta_g": self.eta_g, "eta_m": self.eta_m, "eps": self.eps}
-        for key, value in positive.items():
-            if not value > 0:
-                raise ConfigError(f"fraug: {key} must be > 0, got {value}")
+        for key in ("z_dim", "eta_g", "eta_m", "eps"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"fraug: {key} must be > 0, got {getattr(self, key)}")
         if self.b_syn < 2 and self.b_syn != 0:
             raise ConfigError(f"fraug: b_syn must be >= 2 (the generator has BatchNorm) or 0 (the batch size), "
                               f"got {self.b_syn}")
@@ -115,13 +115,10 @@ class FRAugParams:
             raise ConfigError(f"fraug: syn_mix_rate must be >= 0 or null, got {self.syn_mix_rate}")
         if not 0 < self.lambda0 <= 1:
             raise ConfigError(f"fraug: lambda0 must be in (0, 1], got {self.lambda0}")
-        self._validate_bandwidth()
-        if not (self.use_generator or self.use_rtnet):
-            raise ConfigError("fraug: use_generator and use_rtnet cannot both be false (no residuals; use fedbn)")
-
-    def _validate_bandwidth(self) -> None:
         if self.mmd_bandwidth == "fixed" and (self.mmd_sigma is None or not self.mmd_sigma > 0):
             raise ConfigError(f"fraug: mmd_bandwidth fixed needs mmd_sigma > 0, got {self.mmd_sigma}")
         if self.mmd_bandwidth != "fixed" and self.mmd_sigma is not None:
             raise ConfigError(f"fraug: mmd_sigma is used only with mmd_bandwidth: fixed (got mmd_bandwidth "
                               f"{self.mmd_bandwidth!r}); set mmd_bandwidth=fixed or drop mmd_sigma")
+        if not (self.use_generator or self.use_rtnet):
+            raise ConfigError("fraug: use_generator and use_rtnet cannot both be false (no residuals; use fedbn)")
