@@ -45,6 +45,7 @@ from fedhet.runtimes.batched.rule import (
     check_passes,
     lane_group,
     layout_of,
+    named_tensors,
     refusal,
     shape_key,
     snapshot,
@@ -248,7 +249,7 @@ class BatchedClients(InProcessClients):
             for f in [f.name for f in dataclasses.fields(lane.work)]:
                 module = getattr(lane.work, f)
                 if isinstance(module, torch.nn.Module):
-                    for n, t in [*module.named_parameters(), *module.named_buffers()]:
+                    for n, t in named_tensors(module):
                         t.copy_(state[f"{f}:{n}"][i])
         with rng.active(last=True):
             reply, new_state = job.alg.finish(lane.work, job.state, stats)
