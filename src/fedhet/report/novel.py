@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 from fedhet.report.cost import format_params
 from fedhet.report.runs import RunRecord
-from fedhet.report.table import Cell, format_cell, mean_std
+from fedhet.report.stats import mean_std
+from fedhet.report.table import Cell, format_cell
 from fedhet.yaml_input import JSONDict
 
 NOVEL_FILE = "novel.json"

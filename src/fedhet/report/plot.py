@@ -13,7 +13,8 @@ from matplotlib.ticker import MaxNLocator
 
 from fedhet.atomic import atomic_write
 from fedhet.report.runs import RunRecord
-from fedhet.report.table import AVG, is_percent, mean_std
+from fedhet.report.stats import mean_std
+from fedhet.report.table import AVG, is_percent
 
 
 def curve_stats(

@@ -23,8 +23,8 @@ from fedhet.errors import FedhetError
 from fedhet.report.anytime import plot_anytime
 from fedhet.report.runs import RunRecord
 from fedhet.report.setting import stand_in_lines
-from fedhet.report.stats import paired, t_interval
-from fedhet.report.table import AVG, Cell, format_cell, mean_std
+from fedhet.report.stats import mean_std, paired, t_interval
+from fedhet.report.table import AVG, Cell, format_cell
 from fedhet.yaml_input import JSONDict
 
 TUNED_FILE = "tuned.json"
