@@ -28,7 +28,7 @@ from fedhet.privacy.uploads import Upload, client_upload, server_copy
 TINY = ["data.dataset=offline_digits", "rounds=1", "train.local_steps=2", "train.batch_size=16", "run.quiet=true",
         "data.augment=false", "data.image_size=8"]
 MLP = ["model.name=mlp", "model.args.hidden=[16]"]
-RUNS = {"fedavg": [*MLP, "method=fedavg"], "all": [*MLP, "method=all"],
+RUNS = {"fedavg": [*MLP, "method=fedavg"], "all": [*MLP, "method=all"], "scaffold": [*MLP, "method=scaffold"],
         "local_dp": [*MLP, "method=fedavg", "privacy.dp.mode=local", "privacy.dp.clip=0.1",
                      "privacy.dp.noise_multiplier=1.0", "privacy.dp.delta=0.01"],
         "fedbn": ["model.name=small_cnn", "model.args.width=4", "model.args.embed_dim=8", "method=fedbn"]}
@@ -119,12 +119,18 @@ def test_bad_input(runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.Mo
     for attack in (invert_run, evaluate_server_view):
         with pytest.raises(FedhetError, match="method 'all' trains on the pooled data"):
             attack(runs["all"])
+        with pytest.raises(FedhetError, match="'scaffold' uploads no weights of the model under their own names .it "
+                                              "sends dc/"):  # its update in its own form, dy/<key>
+            attack(runs["scaffold"])
     monkeypatch.setattr(FedAvg, "one_shot", True)
     with pytest.raises(FedhetError, match="is one-shot: its clients upload once"):
         invert_run(runs["fedavg"])
     monkeypatch.undo()
-    with attacked_run(runs["fedavg"]) as run, pytest.raises(FedhetError, match="uploads no weights of the model"):
-        observed(run, Upload(Message(), Message(arrays={"latents": torch.zeros(2)}), 1), LocalSGD(0.1), None)
+    no_weights = "uploads no weights of the model under their own names .it sends dy/head.bias, latents"
+    with attacked_run(runs["fedavg"]) as run, pytest.raises(FedhetError, match=no_weights):
+        sent = Message(arrays=dict(run.server.model))
+        received = Message(arrays={"latents": torch.zeros(2), "dy/head.bias": torch.zeros(10)})
+        observed(run, Upload(sent, received, 1), LocalSGD(0.1), None)
     shutil.copy(runs["fedavg"] / "config.yaml", tmp_path / "config.yaml")
     for attack in (invert_run, evaluate_server_view):
         with pytest.raises(FedhetError, match="has no checkpoint"):

@@ -24,7 +24,15 @@ from fedhet.errors import FedhetError
 from fedhet.privacy.image_quality import best_matches
 from fedhet.privacy.inversion import METHODS, TV_WEIGHT, LocalSGD, Observed, infer_label, reconstruct
 from fedhet.privacy.rundir import AttackedRun, attacked_run, write_privacy
-from fedhet.privacy.uploads import Upload, check_uploads_weights, client_id, client_upload, server_copy, with_data
+from fedhet.privacy.uploads import (
+    Upload,
+    check_uploads_weights,
+    client_id,
+    client_upload,
+    server_copy,
+    uploaded_weights,
+    with_data,
+)
 from fedhet.yaml_input import JSONDict
 
 
@@ -64,12 +72,13 @@ def head_weight(model: nn.Module) -> str | None:
 
 def observed(run: AttackedRun, upload: Upload, sgd: LocalSGD, classes: tuple[int, ...] | None) -> Observed:
     """The attacker's view: its copy of the model from the broadcast, the update of each uploaded parameter."""
+    uploaded = set(uploaded_weights(run, upload))
     model = server_copy(run, upload.sent.arrays)
     sent, received = upload.sent.arrays, upload.received.arrays
-    matched = [k for k, p in model.named_parameters() if p.requires_grad and k in received and k in sent]
+    matched = [k for k, p in model.named_parameters() if p.requires_grad and k in uploaded]
     if not matched:
-        raise FedhetError(f"method '{run.exp.config.method}' uploads no weights of the model, so there is no update "
-                          "to invert")
+        raise FedhetError(f"method '{run.exp.config.method}' uploads no trainable parameter of the model (only "
+                          "buffers), so there is no update to invert")
     device = next(model.parameters()).device
     update = {k: (received[k].double() - sent[k].double()).float().to(device) for k in matched}
     return Observed(model, update, sgd, classes)

@@ -29,7 +29,7 @@ from fedhet.errors import FedhetError
 from fedhet.privacy.membership import average_reports, evaluate_membership, pooled_report, score_report
 from fedhet.privacy.rundir import SPLITS, AttackedRun, attacked_run, client_split, write_privacy
 from fedhet.privacy.scores import sample_scores
-from fedhet.privacy.uploads import attack_round, check_uploads_weights, client_upload, server_copy
+from fedhet.privacy.uploads import attack_round, check_uploads_weights, client_upload, server_copy, uploaded_weights
 from fedhet.yaml_input import JSONDict
 
 CALIBRATED = "loss_change"
@@ -43,6 +43,7 @@ def client_report(run: AttackedRun, cid: int, members: str, nonmembers: str
     member_set, nonmember_set = client_split(client, members), client_split(client, nonmembers)
     train = exp.config.train  # one pass over every member at least: the run's epochs, or one epoch
     upload = client_upload(run, cid, train=dataclasses.replace(train, local_steps=None))
+    uploaded_weights(run, upload)  # an upload without them would score the broadcast twice
     uploaded = server_copy(run, {**upload.sent.arrays, **upload.received.arrays})
     batch = exp.config.train.batch_size
     report, m, u = evaluate_membership(uploaded, member_set, nonmember_set, exp.device, batch, client.classes)

@@ -84,6 +84,20 @@ def client_upload(run: AttackedRun, cid: int, data: ClientData | None = None, tr
     return Upload(sent, received, rnd)
 
 
+def uploaded_weights(run: AttackedRun, upload: Upload) -> list[str]:
+    """The model weights the upload carries under their own names (sent and received back), or a FedhetError
+    when there is none (a method that uploads data, or its update in its own form: SCAFFOLD's dy/...)."""
+    model_keys = run.exp.algorithm.parts.init_state
+    keys = [k for k in upload.received.arrays if k in upload.sent.arrays and k in model_keys]
+    if not keys:
+        sends = ", ".join(sorted(upload.received.arrays)[:4]) or "nothing"
+        raise FedhetError(f"method '{run.exp.config.method}' uploads no weights of the model under their own names "
+                          f"(it sends {sends}{', ...' if len(upload.received.arrays) > 4 else ''}), so there is no "
+                          "update of the model to attack; attack a method that sends its model's weights (fedavg, "
+                          "fedbn, ditto, fraug, ...)")
+    return keys
+
+
 def server_copy(run: AttackedRun, arrays: StateDict) -> nn.Module:
     """A new model holding those of `arrays` that are model weights, the initial model's values elsewhere."""
     parts = run.exp.algorithm.parts
