@@ -15,6 +15,10 @@ Modules, one concept each (import them directly; this file stays free of torch s
 - `membership`: the full report of one model on (members, non-members), and client averages;
 - `rundir`: the entry point on a run directory (`evaluate_run`) or an experiment (`evaluate_experiment`),
   writing privacy.json;
+- `uploads`: a client's real upload of one round from a run's checkpoint, as the server sees it;
+- `server_view`: membership inference on the uploads (`--view server`);
+- `inversion`, `invert_run`, `image_quality`: reconstructing a client's images from its upload (DLG, inverting
+  gradients) and scoring them (PSNR, SSIM) (`--attack inversion`);
 - `command`: the `fedhet privacy RUN_DIR` subcommand.
 
 docs/privacy.md explains the definitions and how to read the numbers.

@@ -80,7 +80,8 @@ def observed(run: AttackedRun, upload: Upload, sgd: LocalSGD, classes: tuple[int
         raise FedhetError(f"method '{run.exp.config.method}' uploads no trainable parameter of the model (only "
                           "buffers), so there is no update to invert")
     device = next(model.parameters()).device
-    update = {k: (received[k].double() - sent[k].double()).float().to(device) for k in matched}
+    update = {k: (received[k].detach().cpu().double() - sent[k].detach().cpu().double()).float().to(device)
+              for k in matched}  # the broadcast may live on the run's device, a reply on the CPU
     return Observed(model, update, sgd, classes)
 
 
