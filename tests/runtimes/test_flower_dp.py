@@ -21,6 +21,7 @@ pytest.importorskip("dp_accounting")
 
 from flower_testing import AppGrid  # noqa: E402
 from flwr.serverapp.exception import PrivacyBudgetExhausted  # noqa: E402
+from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping  # noqa: E402
 
 from fedhet.config import load_config  # noqa: E402
 from fedhet.core.dp import LOCAL  # noqa: E402
@@ -142,15 +143,35 @@ def test_fedhet_strategy_under_dp_equals_inprocess(tmp_path) -> None:
     assert sum(kind == "train" for _, kind in grid.sent) == 4
 
 
+def test_flowers_dp_wrapper_around_fedhet_strategy_reaches_the_clients() -> None:
+    """Flower's own DifferentialPrivacyServerSideFixedClipping around FedhetStrategy (FedAvg): the noised model
+    the wrapper returns is the one FedhetStrategy broadcasts and evaluates next (Flower's DP, not fedhet's:
+    the whole vector clipped, NumPy's noise, no epsilon rows)."""
+    c = cfg("method=fedavg")
+    inner = FedhetStrategy(c)
+    wrapped = DifferentialPrivacyServerSideFixedClipping(inner, 1.0, 0.5, 2)
+    result = wrapped.start(grid=AppGrid([fedhet_client_app(config=c)] * 4), initial_arrays=inner.initial_arrays(),
+                           num_rounds=2)
+    got = result.arrays.to_torch_state_dict()
+    assert all(torch.equal(got[k], v) for k, v in inner.server.model.items())
+    plain = FedhetStrategy(c)
+    plain.start(grid=AppGrid([fedhet_client_app(config=c)] * 4), initial_arrays=plain.initial_arrays(), num_rounds=2)
+    assert not all(torch.equal(got[k], v) for k, v in plain.server.model.items())
+    assert not [r for r in inner.metrics if r["split"] == "privacy"]
+
+
 @pytest.mark.slow
 def test_on_flowers_simulation_engine(tmp_path) -> None:
-    """Flower's simulation engine (Ray), server noise, 2 rounds: the in-process rows and epsilon. Slow (a Ray
-    start-up, ~75 s on 2 busy cores): the default suite runs local DP on Ray, across a stop and a resume, in
+    """Flower's simulation engine (Ray), server noise, max_epsilon 3.0 of 3 rounds: round 3 refused, the
+    in-process rows, epsilon and summary. Slow (a Ray start-up, ~75 s on 2 busy cores): the default suite runs
+    local DP on Ray, across a stop and a resume, in
     test_flower_faults.py::test_simulation_stop_and_resume_matches_inprocess."""
     from fedhet.runtimes.flower.simulation import run_flower_simulation
 
-    c = cfg("method=fedavg", "privacy.dp.mode=server")
+    c = cfg("method=fedavg", "rounds=3", "privacy.dp.mode=server", "privacy.dp.max_epsilon=3.0")
     run_experiment(c, tmp_path / "inprocess", progress=False)
-    run_flower_simulation(c, tmp_path / "sim", num_cpus=2)
+    result = run_flower_simulation(c, tmp_path / "sim", num_cpus=2)
+    assert result.rounds_completed == 2
     assert metric_rows(tmp_path / "sim") == metric_rows(tmp_path / "inprocess")
     assert len(privacy_rows(tmp_path / "sim")) == 2
+    assert summary(tmp_path / "sim")["privacy"] == summary(tmp_path / "inprocess")["privacy"]

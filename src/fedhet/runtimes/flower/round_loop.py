@@ -68,6 +68,8 @@ class FlowerRoundLoop(RoundLoop):
             log.error("%s", message)
             raise RoundFailed(message) from None
         stopped.unlink(missing_ok=True)
+        if self.round_lines and self.stop_reason is not None:  # privacy.dp.max_epsilon refused the next round
+            print(f"{PROGRESS_PREFIX}{self.stop_reason}", flush=True)
         if self.exp.arrangement.novel and result.rounds_completed >= self.cfg.rounds:
             print(f"{PROGRESS_PREFIX}{len(self.exp.arrangement.novel)} clients were held out of training (novel.*); "
                   f"each adapts on its own data with: fedhet adapt {self.dir.path}", flush=True)

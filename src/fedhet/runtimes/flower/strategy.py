@@ -7,7 +7,9 @@
 Flower's own `Strategy.start` drives the rounds (sampling nodes is the method's: fedhet samples clients with the
 config's seed and `server.fraction_fit`, as in-process). The strategy keeps the method's whole server state
 (SCAFFOLD's control variates, a server optimizer, ...); the ArrayRecord Flower passes around is its global
-model, which `aggregate_train` returns for Flower's `Result` and `evaluate_fn`. Per-client evaluation rows
+model, which `aggregate_train` returns for Flower's `Result` and `evaluate_fn`, and what Flower hands back
+becomes the method's global model (a wrapper's change reaches the clients: Flower's DP strategies' noise). Per-client
+evaluation rows
 (as in a run directory's metrics.jsonl) collect in `strategy.metrics`; `aggregate_evaluate` returns their
 uniform client average, as the papers report it. What a run directory adds (checkpoints, resume, fault
 rows) is the job of fedhet's own ServerApp (`fedhet flower deploy / app`); this class is for Flower users who
@@ -16,11 +18,13 @@ keep their own loop. With the same config and seed its global model is the in-pr
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, MessageType, MetricRecord
 from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
@@ -63,6 +67,7 @@ class FedhetStrategy(Strategy):
         self.state_round: dict[int, int] = {}  # the last round whose fit reply of each client was aggregated
         self._sent: dict[int, Message] = {}  # this round's broadcast per sampled client
         self._split = "test"  # of the current evaluation
+        self._handed: dict[str, torch.Tensor] = self.alg.server_model(self.server).state_dict()  # to Flower, last
 
     @classmethod
     def from_config(cls, path: str | Path | None = None, overrides: Sequence[str] = (),
@@ -72,7 +77,8 @@ class FedhetStrategy(Strategy):
 
     def initial_arrays(self) -> ArrayRecord:
         """The method's global model as Flower's ArrayRecord (pass it to `start`)."""
-        return ArrayRecord(self.alg.server_model(self.server).state_dict())
+        self._handed = self.alg.server_model(self.server).state_dict()
+        return ArrayRecord(self._handed)
 
     def summary(self) -> None:
         cfg = self.exp.config
@@ -84,7 +90,7 @@ class FedhetStrategy(Strategy):
                         ) -> Iterable[FlowerMessage]:
         """The sampled clients' broadcasts (`config`'s entries go along, e.g. for stock ClientApps); a round
         past privacy.dp.max_epsilon raises Flower's PrivacyBudgetExhausted, as Flower's DP strategies do."""
-        self._check(arrays)
+        self._adopt(arrays)
         reason = refusal(self.ledger, self.server)
         if reason is not None:
             raise PrivacyBudgetExhausted(reason)
@@ -126,6 +132,7 @@ class FedhetStrategy(Strategy):
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
                            ) -> Iterable[FlowerMessage]:
         """Every client evaluates its deployed model on its split (`config["split"]`, default 'test')."""
+        self._adopt(arrays)
         info, nodes = self.exp.round_info(server_round), self._nodes(grid)
         extra = {k: v for k, v in config.items() if k != SPLIT}
         split = self._split = str(config.get(SPLIT, "test"))
@@ -180,12 +187,18 @@ class FedhetStrategy(Strategy):
             else:
                 yield cid, reply
 
-    def _check(self, arrays: ArrayRecord) -> None:
-        """The arrays Flower hands back are this strategy's global model: other names mean other initial arrays."""
-        ours = set(self.alg.server_model(self.server).state_dict())
-        if set(arrays) != ours:
+    def _adopt(self, arrays: ArrayRecord) -> None:
+        """The global model Flower hands in becomes the method's: what this strategy last handed out, unless a
+        wrapper changed it (Flower's DP strategies add their noise to it) or `start` got other initial values.
+        Other names mean other initial arrays: an error."""
+        if set(arrays) != set(self._handed):
             raise FedhetError("FedhetStrategy.start: pass initial_arrays=strategy.initial_arrays() (the method keeps "
                               "its own server state; these arrays have other names)")
+        given = arrays.to_torch_state_dict()
+        changed = {k: given[k] for k in self.server.model if k in given and not torch.equal(given[k], self._handed[k])}
+        if changed:
+            self.server = dataclasses.replace(self.server, model={**self.server.model, **changed})
+            self._handed = {**self._handed, **changed}
 
 
 def fedhet_client_app(path: str | Path | None = None, overrides: Sequence[str] = (),
