@@ -61,8 +61,14 @@ def test_a_drawn_fraction_of_attackers_is_recorded_and_printed(tmp_path: Path, c
     assert f"attack label_flip by {names[drawn[0]]}: honest clients' accuracy mean" in capsys.readouterr().out
 
 
-def test_flower_refuses_an_attack_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_flower_refuses_an_attack_by_name_before_it_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("flwr")
+
+    def started(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the Flower simulation started")
+
+    monkeypatch.setattr("fedhet.runtimes.flower.simulation.run_flower_simulation", started)
     assert main(["flower", "simulate", "configs/quickstart.yaml", "attack.kind=sign_flip", "attack.clients=[0]",
                  "--run-dir", str(tmp_path / "f")]) == 2
     assert "runs in process only" in capsys.readouterr().err and not (tmp_path / "f").exists()

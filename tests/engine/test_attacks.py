@@ -60,11 +60,11 @@ def test_the_trigger_patch_is_stamped_in_its_corner_on_a_copy() -> None:
 
 
 def test_a_backdoor_batch_stamps_and_relabels_ceil_p_b_images() -> None:
-    cfg = AttackConfig(kind="backdoor", clients=[0], target=3, poison_fraction=0.4,
+    cfg = AttackConfig(kind="backdoor", clients=[0], target=3, poison_fraction=0.3,
                        trigger=TriggerConfig(size=1, value=5.0, position="top_left"))
     x, y = torch.zeros(5, 1, 4, 4), torch.tensor([0, 1, 2, 4, 5])
     px, py = backdoor_batch(x, y, cfg)
-    assert py.tolist() == [3, 3, 2, 4, 5]  # ceil(0.4 * 5) = 2
+    assert py.tolist() == [3, 3, 2, 4, 5]  # ceil(0.3 * 5) = 2
     assert px[:2, 0, 0, 0].tolist() == [5.0, 5.0] and px[2:].abs().sum() == 0
     assert y.tolist() == [0, 1, 2, 4, 5] and x.abs().sum() == 0
 
