@@ -115,3 +115,19 @@ def test_a_run_resumed_before_its_summary_keeps_its_traffic(tmp_path: Path, stra
     run_experiment(cfg(), run, resume=True)
     before = json.loads((straight / "summary.json").read_text())["traffic_per_client_round"]
     assert json.loads((run / "summary.json").read_text())["traffic_per_client_round"] == before
+
+
+def test_a_round_returns_its_accuracy_only_when_evaluated(tmp_path: Path) -> None:
+    """`play` returns the round's average test accuracy (not its validation one) when the round is evaluated
+    (every eval.every rounds, and the last), else None; the progress bar shows the last evaluated round's."""
+    from fedhet.engine.experiment import build_experiment
+    from fedhet.engine.loop import RoundLoop
+    from fedhet.launch.run import make_executor
+
+    exp = build_experiment(cfg("rounds=3", "eval.every=2", "method=fedavg", "eval.val=true", "data.val_fraction=0.2"))
+    loop = RoundLoop(exp, tmp_path / "run", make_executor(exp), progress=False)
+    assert loop.status() is None
+    accuracies = [loop.play(rnd) for rnd in (1, 2, 3)]
+    avg = {r["round"]: r["accuracy"] for r in loop.metrics if r["client"] == "avg" and r["split"] == "test"}
+    assert accuracies == [None, avg[2], avg[3]]
+    assert loop.status() == f"acc={avg[3]:.3f}"

@@ -58,6 +58,11 @@ def evaluated(cfg: ExperimentConfig, rnd: int) -> bool:
     return rnd % cfg.eval.every == 0 or rnd == cfg.rounds
 
 
+def avg_test_accuracy(rows: list[JSONDict]) -> float | None:
+    """The average test accuracy of the last round evaluated in `rows` (None: no round was)."""
+    return next((float(r["accuracy"]) for r in reversed(rows) if r["client"] == "avg" and r["split"] == "test"), None)
+
+
 @dataclass(frozen=True)
 class Committed:
     """The state at the end of the last completed round: exactly what its checkpoint holds. Client and server
@@ -150,7 +155,7 @@ class RoundLoop(RoundDriver[RunResult]):
         self.train_losses = {names[r.client_id].name: float(loss) for r in trained.replies
                              if isinstance(loss := r.message.scalars.get("train_loss"), (int, float))}
 
-    def evaluate_round(self, rnd: int) -> float:
+    def evaluate_round(self, rnd: int) -> float | None:
         """Evaluate every training client's deployed model (held-out clients wait for the end); returns the
         average test accuracy. The round's training time (`train_time_s`) goes on its avg test row."""
         info, pool = self.exp.round_info(rnd), self.exp.arrangement.pool(len(self.exp.data.clients))
@@ -166,7 +171,7 @@ class RoundLoop(RoundDriver[RunResult]):
             pooled = evaluate(self.alg.server_model(self.server), tests, self.exp.device)
             rows.append({"round": rnd, "client": "pooled", "split": "pooled", **pooled})
         self.metrics.extend(rows)
-        return float(next(r["accuracy"] for r in rows if r["client"] == "avg" and r["split"] == "test"))
+        return avg_test_accuracy(rows)
 
     def play(self, rnd: int) -> float | None:
         """Train, then evaluate round `rnd` when it is due; returns the test accuracy if evaluated."""
@@ -200,8 +205,7 @@ class RoundLoop(RoundDriver[RunResult]):
 
     def status(self) -> str | None:
         """The average test accuracy of the last evaluated round (nothing before the first evaluation)."""
-        acc = next((r["accuracy"] for r in reversed(self.metrics) if r["client"] == "avg" and r["split"] == "test"),
-                   None)
+        acc = avg_test_accuracy(self.metrics)
         return None if acc is None else f"acc={acc:.3f}"
 
     # -------------------------------------------------------------- the loop
