@@ -29,7 +29,7 @@ from fedhet.config import ExperimentConfig
 from fedhet.engine.driver import PhaseHook, RoundDriver
 from fedhet.engine.experiment import build_experiment
 from fedhet.engine.loop import evaluated, run_dir_for
-from fedhet.engine.rundir import RunDirectory, claimed, client_rows
+from fedhet.engine.rundir import METRIC_KEYS, RunDirectory, claimed, client_rows
 from fedhet.engine.signals import StopSignals
 from fedhet.errors import FedhetError
 from fedhet.tune.apply import apply_vector, check_space, vector_to_dict
@@ -232,8 +232,7 @@ class TuningJob(RoundDriver[TuneResult]):
         accuracy = [_mean([c["accuracy"] for c in results[m.slot].values()]) for m in live]
         chosen = next(m for m in live if m.slot == best_slot([m.slot for m in live], accuracy))
         test = results[chosen.slot] if split == "test" else pop.evaluate(chosen, cfg.rounds, "test")
-        final_rows = client_rows(cfg.rounds, "test", test)
-        final = {r["client"]: {k: r[k] for k in ("accuracy", "balanced_accuracy", "loss")} for r in final_rows}
+        final = {r["client"]: {k: r[k] for k in METRIC_KEYS} for r in client_rows(cfg.rounds, "test", test)}
         best_cfg = apply_vector(cfg, pop.space.joint, {**chosen.alpha, **chosen.beta0})
         best_cfg.tune, best_cfg.label = {}, ""
         atomic_write_text(self.dir.path / "tune" / "best_config.yaml",
