@@ -57,6 +57,7 @@ from fedhet.core.contract import (
 )
 from fedhet.core.messages import Message, Reply, Scalar
 from fedhet.core.params import StateDict, load_partial, state_of
+from fedhet.core.protocols import num_samples
 from fedhet.data.fda import fda_band, low_band
 from fedhet.data.registry import resolve_spec
 from fedhet.errors import ConfigError
@@ -221,7 +222,7 @@ class FedSFDA(Algorithm[FedSFDAServer, FedSFDAState, FedSFDAWork, FedSFDAParams]
         """The style pass over the client's images (one epoch, no optimizer), or the adaptation pass."""
         if work.band is not None:
             data = work.ctx.data.train_eval
-            n = len(data)  # type: ignore[arg-type]
+            n = num_samples(data)
             bs = self.train_cfg.batch_size + (1 if n % self.train_cfg.batch_size == 1 else 0)  # no lone last image
             train = dataclasses.replace(self.train_cfg, local_epochs=1, local_steps=None, batch_size=bs)
             return [LocalPass("style", lambda x, y, opt: self.style_step(work, x), {}, train, data=data)]

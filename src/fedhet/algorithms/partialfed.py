@@ -48,6 +48,7 @@ from fedhet.algorithms.registry import register
 from fedhet.core.contract import ClientContext, ClientState, Deployment, FitStats, ServerState, Work
 from fedhet.core.messages import Message
 from fedhet.core.params import BN_TYPES, StateDict, load_partial, state_of
+from fedhet.core.protocols import num_samples
 from fedhet.errors import ConfigError
 from fedhet.models.base import NORM_TYPES
 
@@ -159,7 +160,7 @@ class PartialFed(Algorithm[ServerState, PartialFedState, PartialFedWork, Partial
         a = torch.bernoulli(p).bool()
         chosen = frozenset(n for n, keep in zip(names, a.tolist(), strict=True) if keep)
         data = ctx.data.train_eval if ctx.data.train_eval is not None else ctx.data.train
-        n = len(data)  # type: ignore[arg-type]
+        n = num_samples(data)
         if n == 0 or self.params.adaptive_lr == 0:
             return chosen, p
         idx = torch.randperm(n)[: min(self.train_cfg.batch_size, n)].tolist()

@@ -11,7 +11,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from fedhet.config import TrainConfig
 from fedhet.core.batches import drops_singleton, num_steps, to_device
-from fedhet.core.protocols import SampleSet
+from fedhet.core.protocols import SampleSet, num_samples
 from fedhet.data.datasets import IndexedDataset
 
 
@@ -25,7 +25,7 @@ def batches(dataset: SampleSet, cfg: TrainConfig, generator: torch.Generator | N
     whole batches (`shuffled_epoch`): the same batches from the same random draws as DataLoader's, without its
     per-batch and per-sample Python calls.
     """
-    n = len(dataset)  # type: ignore[arg-type]
+    n = num_samples(dataset)
     if n == 0:
         return
     bs = min(cfg.batch_size, n)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from fedhet.core.batches import restrict_logits, to_device
-from fedhet.core.protocols import SampleSet
+from fedhet.core.protocols import SampleSet, num_samples
 from fedhet.engine.batching import in_order
 
 
@@ -27,7 +27,7 @@ def evaluate(model: nn.Module, dataset: SampleSet, device: torch.device, batch_s
     """Accuracy, balanced accuracy and mean cross-entropy of `model` on `dataset`; with `classes`, over those
     classes only (a client-specific head: `restrict_logits`)."""
     model.eval()
-    n = len(dataset)  # type: ignore[arg-type]
+    n = num_samples(dataset)
     if n == 0:
         return {"accuracy": float("nan"), "balanced_accuracy": float("nan"), "loss": float("nan"),
                 "num_examples": 0}

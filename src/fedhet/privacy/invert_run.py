@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils.data import Subset
 
 from fedhet.config import TrainConfig
+from fedhet.core.protocols import num_samples
 from fedhet.core.seeding import torch_generator
 from fedhet.data import ClientData
 from fedhet.errors import FedhetError
@@ -39,7 +40,7 @@ from fedhet.yaml_input import JSONDict
 def chosen_batch(client: ClientData, size: int, seed: int) -> tuple[list[int], torch.Tensor, torch.Tensor]:
     """`size` of the client's training samples (indices, images N x C x H x W, labels), drawn from the seed."""
     data = client.train_eval
-    n = len(data)  # type: ignore[arg-type]
+    n = num_samples(data)
     if size > n:
         raise FedhetError(f"--batch {size} is larger than client '{client.name}''s {n} training samples; give "
                           f"--batch {n} or fewer")

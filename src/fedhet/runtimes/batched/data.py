@@ -26,7 +26,7 @@ import torch
 
 from fedhet.config import TrainConfig
 from fedhet.core.batches import num_steps
-from fedhet.core.protocols import SampleSet
+from fedhet.core.protocols import SampleSet, num_samples
 from fedhet.core.seeding import derive_seed
 from fedhet.data.datasets import IndexedDataset
 from fedhet.engine.batching import batches, pass_indices
@@ -128,7 +128,7 @@ class BatchStream:
 
     def __init__(self, rng: ClientRng, dataset: SampleSet, cfg: TrainConfig) -> None:
         self.rng = rng
-        self.steps = num_steps(len(dataset), cfg)  # type: ignore[arg-type]
+        self.steps = num_steps(num_samples(dataset), cfg)
         self.drawn = 0
         self._ahead: list[Batch] = []
         self._per_draw = 1  # batches per read (per RNG swap): one until the first batch's size is known
