@@ -14,6 +14,7 @@ from fedhet.errors import FedhetError
 
 if TYPE_CHECKING:
     from fedhet.report import ReportPaths
+    from fedhet.yaml_input import JSONDict
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -108,7 +109,7 @@ def _print_config_changes(changes: list[dict[str, Any]]) -> None:  # Any: config
         print(f"config change at the resume after round {c['round']}: {c['key']} {c['old']!r} -> {c['new']!r}{note}")
 
 
-def _print_final(final: dict[str, dict[str, float]], quiet: bool, attack: dict[str, Any] | None = None) -> None:
+def _print_final(final: dict[str, dict[str, float]], quiet: bool, attack: JSONDict | None = None) -> None:
     from fedhet.report.final_table import attack_lines, final_table
 
     for line in final_table(final, quiet) + attack_lines(attack):
