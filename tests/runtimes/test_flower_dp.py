@@ -20,8 +20,12 @@ pytest.importorskip("flwr")
 pytest.importorskip("dp_accounting")
 
 from flower_testing import AppGrid  # noqa: E402
+from flwr.clientapp.mod import fixedclipping_mod  # noqa: E402
 from flwr.serverapp.exception import PrivacyBudgetExhausted  # noqa: E402
-from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping  # noqa: E402
+from flwr.serverapp.strategy import (  # noqa: E402
+    DifferentialPrivacyClientSideFixedClipping,
+    DifferentialPrivacyServerSideFixedClipping,
+)
 
 from fedhet.config import load_config  # noqa: E402
 from fedhet.core.dp import LOCAL  # noqa: E402
@@ -158,6 +162,32 @@ def test_flowers_dp_wrapper_around_fedhet_strategy_reaches_the_clients() -> None
     plain.start(grid=AppGrid([fedhet_client_app(config=c)] * 4), initial_arrays=plain.initial_arrays(), num_rounds=2)
     assert not all(torch.equal(got[k], v) for k, v in plain.server.model.items())
     assert not [r for r in inner.metrics if r["split"] == "privacy"]
+
+
+def test_flowers_client_side_clipping_mod_on_fedhets_client_app() -> None:
+    """Flower's DifferentialPrivacyClientSideFixedClipping around FedhetStrategy (FedAvg) with `fixedclipping_mod`
+    on fedhet's ClientApp: the clip norm travels in fedhet's request, each update's floating arrays leave the node
+    clipped (Flower's DP, not fedhet's: its norm counts BatchNorm's integer num_batches_tracked too, which
+    escape the scaling as 0-d arrays), and the noise reaches the clients."""
+    c = cfg("method=fedavg")
+    norms: list[float] = []
+
+    def measure(msg, context, call_next):
+        """The L2 norm of the floating arrays that leave the node minus those that came in (after
+        fixedclipping_mod, the inner mod)."""
+        reply = call_next(msg, context)
+        sent, back = msg.content["arrays"].to_torch_state_dict(), reply.content["arrays"].to_torch_state_dict()
+        norms.append(sum(float((back[k].double() - sent[k].double()).pow(2).sum()) for k in sent
+                         if sent[k].is_floating_point()) ** 0.5)
+        return reply
+
+    inner = FedhetStrategy(c)
+    wrapped = DifferentialPrivacyClientSideFixedClipping(inner, 1.0, 0.05, 2)
+    app = fedhet_client_app(config=c, train_mods=[measure, fixedclipping_mod])
+    result = wrapped.start(grid=AppGrid([app] * 4), initial_arrays=inner.initial_arrays(), num_rounds=2)
+    assert len(norms) == 4 and all(n <= 0.05 * (1 + 1e-5) for n in norms), norms
+    got = result.arrays.to_torch_state_dict()
+    assert all(torch.equal(got[k], v) for k, v in inner.server.model.items())
 
 
 @pytest.mark.slow

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from flwr.app import Context
 from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import Mod
 from flwr.serverapp import Grid, ServerApp
 
 from fedhet.config import load_config
@@ -162,15 +164,17 @@ def make_server_app(settings: FlowerSettings | None = None) -> ServerApp:
     return app
 
 
-def make_client_app(settings: FlowerSettings | None = None) -> ClientApp:
-    """A ClientApp answering train / evaluate / query for the client given by the node's partition-id."""
+def make_client_app(settings: FlowerSettings | None = None, train_mods: Sequence[Mod] = ()) -> ClientApp:
+    """A ClientApp answering train / evaluate / query for the client given by the node's partition-id;
+    `train_mods`: Flower mods around its training (e.g. `fixedclipping_mod`, docs/flower.md "Differential
+    privacy")."""
     app = ClientApp()
     bound = None if settings is None else settings.client_setup()
 
     def cfg_of(context: Context) -> client.ClientSetup:
         return bound if bound is not None else FlowerSettings.from_run_config(dict(context.run_config)).client_setup()
 
-    @app.train()
+    @app.train(mods=list(train_mods))
     def train(msg: FlowerMessage, context: Context) -> FlowerMessage:
         return client.handle("train", msg, context, cfg_of(context))
 

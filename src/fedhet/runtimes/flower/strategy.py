@@ -28,6 +28,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, MessageType, MetricRecord
 from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import Mod
 from flwr.serverapp import Grid
 from flwr.serverapp.exception import PrivacyBudgetExhausted
 from flwr.serverapp.strategy import Strategy
@@ -202,10 +203,10 @@ class FedhetStrategy(Strategy):
 
 
 def fedhet_client_app(path: str | Path | None = None, overrides: Sequence[str] = (),
-                      config: ExperimentConfig | None = None) -> ClientApp:
+                      config: ExperimentConfig | None = None, train_mods: Sequence[Mod] = ()) -> ClientApp:
     """The ClientApp of `FedhetStrategy` for the same config: one client per SuperNode (its partition-id), its
-    state kept on the node."""
+    state kept on the node; `train_mods`: Flower mods around its training (e.g. `fixedclipping_mod`)."""
     from fedhet.runtimes.flower.app import FlowerSettings, make_client_app
 
     cfg = config if config is not None else load_config(path, list(overrides))
-    return make_client_app(FlowerSettings(config=cfg.to_dict()))
+    return make_client_app(FlowerSettings(config=cfg.to_dict()), train_mods)
