@@ -7,8 +7,8 @@ import pytest
 from fedhet.config import load_config
 from fedhet.launch.run import run_experiment
 
-FAST = ["data.dataset=offline_digits", "model.name=small_cnn", "rounds=8", "train.local_epochs=1",
-        "train.batch_size=32", "train.lr=0.01", "train.momentum=0.5", "run.quiet=true", "data.augment=false"]
+FAST = ["data.dataset=offline_digits", "model.name=small_cnn", "rounds=4", "train.local_epochs=1",
+        "train.batch_size=32", "train.lr=0.05", "train.momentum=0.5", "run.quiet=true", "data.augment=false"]
 
 
 # the two non-federated references (local-only and pooled training) with -m slow: the default suite keeps the two
