@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fedhet.errors import TrainingDivergedError
-from fedhet.losses.descent import descend
+from fedhet.losses.descent import check_finite, descend
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "fedhet"
 
@@ -24,6 +24,17 @@ def test_a_nonfinite_loss_stops_before_the_weights_move() -> None:
     with pytest.raises(TrainingDivergedError, match=r"loss became nan in the test loop; lower the lr"):
         descend(opt, (w * math.nan).sum(), "the test loop", "lower the lr")
     assert torch.equal(w.detach(), before)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_check_finite_stops_a_scalar_and_a_vector_loss(bad: float) -> None:
+    """The one-element loss is read as a float (issue 42), a loss of several elements checked whole."""
+    check_finite(torch.tensor(2.5, requires_grad=True) * 2, "x", "y")
+    check_finite(torch.tensor([1.0, 2.0]), "x", "y")
+    with pytest.raises(TrainingDivergedError, match=f"loss became {bad} in a scalar"):
+        check_finite(torch.tensor([bad]), "a scalar", "y")
+    with pytest.raises(TrainingDivergedError, match="non-finite in 1 of its 3 elements in a vector"):
+        check_finite(torch.tensor([1.0, bad, 3.0]), "a vector", "y")
 
 
 def test_one_step_is_zero_grad_backward_edit_clip_step() -> None:

@@ -8,6 +8,7 @@ It lives with the losses (a foundation) so that models and losses may use it as 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 import torch
@@ -16,9 +17,15 @@ from fedhet.errors import TrainingDivergedError
 
 
 def check_finite(loss: torch.Tensor, where: str, advice: str) -> None:
-    """A TrainingDivergedError naming `where` and what to do (`advice`) when the loss is NaN or infinite."""
-    if not torch.isfinite(loss).all():
-        raise TrainingDivergedError(f"loss became {loss.item()} in {where}; {advice}")
+    """A TrainingDivergedError naming `where` and what to do (`advice`) when the loss is NaN or infinite. A
+    one-element loss (the usual) is read once as a float (one sync, as `bool` of a tensor would be; no isfinite /
+    all kernels: issue 42's per-step cost); a loss of several elements is checked whole."""
+    scalar = loss.numel() == 1
+    value = loss.item() if scalar else math.nan
+    if math.isfinite(value) if scalar else bool(torch.isfinite(loss).all()):
+        return
+    shown = value if scalar else f"non-finite in {int((~torch.isfinite(loss)).sum())} of its {loss.numel()} elements"
+    raise TrainingDivergedError(f"loss became {shown} in {where}; {advice}")
 
 
 def descend(optimizer: torch.optim.Optimizer, loss: torch.Tensor, where: str, advice: str, *,
