@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 SCRIPT = "python benchmarks/privacy_robustness.py"
+FEDDAT_LABELS = ("feddat", "adapter", "full")
 UPLOADS = {"fedavg": "the whole model, BatchNorm statistics included",
            "fedbn": "every layer but BatchNorm (weights, biases, statistics stay local)",
            "fraug": "the classifier's shared part and the generator g (BatchNorm, RTNet, prototypes local)",
@@ -84,6 +85,11 @@ def collect(cell: Any, seeds: Sequence[int], runs: Path) -> dict[str, list[float
     return values
 
 
+def missing(cell: Any, refused: dict[str, str]) -> str:  # Any: Cell
+    """What a cell without a finished seed says: refused (a run fedhet stopped, e.g. a diverged loss) or pending."""
+    return "refused (below)" if any(k.startswith(f"{cell.name}/{cell.label}/") for k in refused) else "pending"
+
+
 def fmt(values: list[float] | None, seeds: int, scale: float = 100.0, digits: int = 1) -> str:
     """mean ± sample std (scaled), with the seed count when some seeds are missing; 'pending' without any."""
     if not values:
@@ -94,11 +100,11 @@ def fmt(values: list[float] | None, seeds: int, scale: float = 100.0, digits: in
     return text + (f" ({len(values)} of {seeds} seeds)" if len(values) < seeds else "")
 
 
-def mean(values: list[float] | None) -> float | None:
+def mean(values: list[float] | None) -> float | None:  # None: no value
     return sum(values) / len(values) if values else None
 
 
-def table_a(cells: list[Any], seeds: Sequence[int], runs: Path) -> list[str]:  # Any: Cell
+def table_a(cells: list[Any], seeds: Sequence[int], runs: Path, refused: dict[str, str]) -> list[str]:  # Any: Cell
     """Section a on one setting: methods x epsilon, accuracy / worst domain and the MIA advantage."""
     eps = [c.label.split("_eps")[1] for c in cells if c.label.startswith(cells[0].variant["method"] + "_eps")]
     head = []
@@ -110,17 +116,18 @@ def table_a(cells: list[Any], seeds: Sequence[int], runs: Path) -> list[str]:  #
     for method in dict.fromkeys(c.variant["method"] for c in cells):
         row = []
         for e in eps:
-            v = collect(next(c for c in cells if c.label == f"{method}_eps{e}"), seeds, runs)
+            cell = next(c for c in cells if c.label == f"{method}_eps{e}")
+            v = collect(cell, seeds, runs)
             row.append(f"{fmt(v.get('acc'), len(seeds))} / {fmt(v.get('worst'), len(seeds))} · adv "
-                       f"{fmt(v.get('adv'), len(seeds), 1.0, 3)}" if v else "pending")
+                       f"{fmt(v.get('adv'), len(seeds), 1.0, 3)}" if v else missing(cell, refused))
         lines.append(f"| {method} | " + " | ".join(row) + " |")
     return lines
 
 
-def table_b(cells: list[Any], seeds: Sequence[int], runs: Path) -> tuple[list[str], list[str]]:  # Any: Cell
+def table_b(cells: list[Any], seeds: Sequence[int], runs: Path, refused: dict[str, str]
+            ) -> tuple[list[str], list[str]]:  # Any: Cell
     """Section b on one setting: the table, and the defenses within 1 point of the mean's worst domain (no attack)."""
-    outlier = cells[0].setting.outlier
-    lines = [f"| attack | defense | honest mean | worst domain | {outlier} | Δ worst vs mean (no attack) |",
+    lines = [f"| attack | defense | honest mean | worst domain | {cells[0].setting.outlier} | Δ worst vs none-mean |",
              "|---|---|---|---|---|---|"]
     base = mean(collect(next(c for c in cells if c.label == "none-mean"), seeds, runs).get("worst"))
     within = []
@@ -131,7 +138,8 @@ def table_b(cells: list[Any], seeds: Sequence[int], runs: Path) -> tuple[list[st
         delta = "" if worst is None or base is None else f"{(worst - base) * 100:+.1f}"
         if attack == "none" and worst is not None and base is not None and rule != "mean" and worst >= base - 0.01:
             within.append(f"{rule} ({delta})")
-        lines.append(f"| {attack} | {rule} | {fmt(v.get('acc'), len(seeds))} | {fmt(v.get('worst'), len(seeds))} | "
+        acc = fmt(v.get("acc"), len(seeds)) if v else missing(cell, refused)
+        lines.append(f"| {attack} | {rule} | {acc} | {fmt(v.get('worst'), len(seeds))} | "
                      f"{fmt(v.get('outlier'), len(seeds))} | {delta} |")
     return lines, within
 
@@ -224,7 +232,8 @@ def groups(cells: list[Any], section: str) -> dict[str, list[Any]]:  # Any: Cell
     return out
 
 
-def sections(every: list[Any], seeds: Sequence[int], runs: Path) -> tuple[list[str], list[str]]:  # Any: Cell
+def sections(every: list[Any], seeds: Sequence[int], runs: Path, refused: dict[str, str]
+             ) -> tuple[list[str], list[str]]:  # Any: Cell
     """Sections a to e, and the defenses of b within 1 point of the mean's worst domain (per setting)."""
     lines: list[str] = []
     within: list[str] = []
@@ -241,10 +250,11 @@ def sections(every: list[Any], seeds: Sequence[int], runs: Path) -> tuple[list[s
                 lines += [f"### {key}", "", f"pending: run `{SCRIPT} --sections {sec} --datasets {key}`", ""]
                 continue
             if sec == "b":
-                table, ok = table_b(cells, seeds, runs)
+                table, ok = table_b(cells, seeds, runs, refused)
                 within.append(f"{key}: {', '.join(ok) or 'none'}")
-            lines += [f"### {key}", "", *(table if sec == "b" else (table_a if sec == "a" else table_d)(
-                cells, seeds, runs)), ""]
+            else:
+                table = table_a(cells, seeds, runs, refused) if sec == "a" else table_d(cells, seeds, runs)
+            lines += [f"### {key}", "", *table, ""]
     return lines, within
 
 
@@ -276,13 +286,10 @@ def claims(every: list[Any], seeds: Sequence[int], runs: Path, within: list[str]
             ""]
 
 
-FEDDAT_LABELS = ("feddat", "adapter", "full")
-
-
 def write(out: Path, every: list[Any], seeds: Sequence[int], runs: Path, record: dict[str, Any],
           planned: dict[str, float], smoke: bool = False) -> None:  # Any: Cell, JSON
     """The page and its record (<out>.json: seconds per section, refusals)."""
-    body, within = sections(every, seeds, runs)
+    body, within = sections(every, seeds, runs, record["refused"])
     lines = [*header(seeds, record, planned, smoke), *body, *claims(every, seeds, runs, within)]
     if record["refused"]:
         lines += ["## Refused by fedhet", "", *(f"- `{k}`: {v}" for k, v in sorted(record["refused"].items())), ""]

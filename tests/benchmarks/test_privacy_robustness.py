@@ -78,13 +78,15 @@ def test_page_reads_honest_domains_and_says_what_is_pending(tmp_path: Path) -> N
     mia = {"train_vs_test": {"avg": {"loss": {"advantage": 0.25}}}}
     fake_run(tmp_path, by["a", "fedbn_epsinf"], 0, clients, [], mia)
     out = tmp_path / "page.md"
-    page.write(out, cells, [0, 1], tmp_path, {"seconds": {"b": 60.0}, "refused": {}}, {"b": 3600.0})
+    refused = {"pr_b_offline/label_flip-mean/seed0": "loss became nan"}
+    page.write(out, cells, [0, 1], tmp_path, {"seconds": {"b": 60.0}, "refused": refused}, {"b": 3600.0})
     text = out.read_text()
     # attackers left out: clean#0 (0.1) counts in the mean without an attack, not under sign_flip
     assert "| none | mean | 58.0 ± 0.0 | 45.0 ± 0.0 | 55.0 ± 0.0 | +0.0 |" in text  # worst: clean (0.1+0.8)/2
     assert "| sign_flip | mean | 70.0 (1 of 2 seeds) | 55.0 (1 of 2 seeds) | 55.0 (1 of 2 seeds) | +10.0 |" in text
     assert "| none | median | 57.8 (1 of 2 seeds) | 45.0 (1 of 2 seeds) | 54.5 (1 of 2 seeds) | +0.0 |" in text
     assert "| none | krum | pending | pending | pending |  |" in text
+    assert "| label_flip | mean | refused (below) |" in text and "`pr_b_offline/label_flip-mean/seed0`: loss" in text
     assert "offline: median (+0.0)" in text  # within 1 point of the mean's worst domain, no attack
     assert "adv 0.250 (1 of 2 seeds)" in text and "b 1.0 min" in text  # section a
     assert "statistics stay local) | pending | pending | pending | pending | pending | 0.250 (1 of 2 seeds) |" in text
