@@ -56,8 +56,9 @@ MEANINGS = {
                                "allows)",
     "run.batched_memory_mb": "batched runtime: memory budget of a chunk in MB (null: 70% of free CUDA memory, or "
                              "25% of RAM on CPU)",
-    "run.batched_min_lanes": "batched runtime: a batch-size group of fewer clients trains one after another "
-                             "(null: 8 on a CPU, 2 on a GPU)",
+    "run.batched_min_lanes": "batched runtime: a batch-size group of at least this many clients trains as lanes, "
+                             "no measurement (null: groups of 8+ on a CPU, 2+ on a GPU as lanes where a "
+                             "calibration at first use, cached, measures them faster)",
     "run.batched_accumulate": "batched runtime: clients of different batch sizes train as one group, each batch split "
                               "into micro-batches of the sizes' gcd (FedAvg / FedProx losses; equal to in-process up "
                               "to float rounding)",

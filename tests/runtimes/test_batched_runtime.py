@@ -130,27 +130,6 @@ def test_chunking_gives_the_same_result(tmp_path: Path) -> None:
             assert rb["loss"] == pytest.approx(ra["loss"], abs=1e-6) and rb["accuracy"] == ra["accuracy"], (ra, rb)
 
 
-def test_where_lanes_cannot_pay_on_a_cpu_it_says_so_and_trains_one_after_another(monkeypatch, caplog) -> None:
-    """Goal (c): above CPU_PAYS_UP_TO parameters the default trains clients one after another (and says so before
-    the run); an explicit run.batched_min_lanes keeps lanes (and says that)."""
-    import fedhet.runtimes.batched.policy as runtime
-
-    default = [item for item in BASE if not item.startswith("run.batched_min_lanes")] + ["run.runtime=batched"]
-    exp = build_experiment(load_config(None, default))
-    with caplog.at_level("WARNING"):
-        assert BatchedClients(exp).min_lanes == runtime.CPU_MIN_LANES
-    assert "trains no faster" not in caplog.text
-    monkeypatch.setattr(runtime, "CPU_PAYS_UP_TO", 100)
-    with caplog.at_level("WARNING"):
-        assert BatchedClients(exp).min_lanes > 10**9
-    assert "trains no faster as lanes" in caplog.text and "one after another, as run.runtime=inprocess" in caplog.text
-    caplog.clear()
-    forced = build_experiment(load_config(None, [*default, "run.batched_min_lanes=1"]))
-    with caplog.at_level("WARNING"):
-        assert BatchedClients(forced).min_lanes == 1
-    assert "run.batched_min_lanes is set, so lanes it is" in caplog.text
-
-
 def test_chunk_size_follows_the_budget() -> None:
     exp = build_experiment(load_config(None, [*BASE, *BN, "run.runtime=batched", "run.batched_memory_mb=0.001"]))
     assert BatchedClients(exp).chunk_size == 1
@@ -212,7 +191,7 @@ def test_groups_smaller_than_min_lanes_train_one_after_another(tmp_path: Path, m
     exp = build_experiment(load_config(None, [*BASE, "method=fedprox", "method_args={mu: 0.5}", "run.runtime=batched",
                                               f"run.batched_min_lanes={min_lanes}"]))
     lanes, seq = make_executor(exp), InProcessClients(exp)
-    assert isinstance(lanes, BatchedClients) and lanes.min_lanes == min_lanes
+    assert isinstance(lanes, BatchedClients) and lanes.policy.floor == min_lanes
     alg = exp.algorithm
     copies = {cid: with_hparams(alg, dataclasses.replace(alg.train_cfg, batch_size=8 if cid % 2 else 16))
               for cid in range(4)}  # two groups of two

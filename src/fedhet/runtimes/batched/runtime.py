@@ -8,9 +8,9 @@ client's trained tensors are loaded back into its Work and `Algorithm.finish` bu
 (client states stay in the in-process format, so checkpoints move between the runtimes). Evaluation is
 inherited from `InProcessClients` (per client, sequential). A method the rule refuses raises one ConfigError
 naming `run.runtime=inprocess`, checked on client 0 before training starts (and on every chunk); there is no
-fallback to sequential training for a refused method. Where lanes would not pay (a batch-size group of fewer
-than `run.batched_min_lanes` clients; by default on a CPU, a model above policy.CPU_PAYS_UP_TO parameters) the group's
-clients train one after another with the in-process code, which gives the in-process numbers.
+fallback to sequential training for a refused method. Where lanes would not pay (policy.py: measured on this
+machine for this model and batch, or a group of fewer than `run.batched_min_lanes` clients) the group's clients
+train one after another with the in-process code, which gives the in-process numbers.
 """
 
 from __future__ import annotations
@@ -32,12 +32,13 @@ from fedhet.engine.experiment import Experiment
 from fedhet.engine.finite import DIVERGED_ADVICE
 from fedhet.engine.local import add_check
 from fedhet.errors import FedhetError, TrainingDivergedError
+from fedhet.runtimes.batched import calibrate
 from fedhet.runtimes.batched.accumulate import AccumulatingRunner, can_accumulate, micro_rows
 from fedhet.runtimes.batched.data import BatchStream, ClientRng
 from fedhet.runtimes.batched.lanes import PassRunner
 from fedhet.runtimes.batched.memory import MB, clients_per_chunk, default_budget_bytes, lane_bytes
 from fedhet.runtimes.batched.optim import TensorTree
-from fedhet.runtimes.batched.policy import min_lanes, say_if_slower
+from fedhet.runtimes.batched.policy import LanePolicy
 from fedhet.runtimes.batched.rule import (
     GuardedRead,
     LaneWork,
@@ -64,9 +65,11 @@ class BatchedClients(InProcessClients):
         self.cache: Cache = {}
         self.chunk_sizes: dict[int, int] = {}  # batch size -> clients per chunk (the estimate builds a model)
         self.modules = self._probe()
-        params, chosen = sum(p.numel() for p in self.alg.parts.new().parameters()), exp.config.run.batched_min_lanes
-        self.min_lanes = min_lanes(chosen, exp.device, params)  # smaller batch-size groups: one after another
-        say_if_slower(chosen, exp.device, params)
+        model: dict[str, object] = {
+            "method": self.alg.name, "optimizer": exp.config.train.optimizer, "input": list(exp.data.input_shape),
+            "shapes": [[n, list(p.shape), str(p.dtype)] for n, p in self.alg.parts.new().named_parameters()]}
+        self.policy = LanePolicy(exp.config.run.batched_min_lanes, exp.device, model,
+                                 lambda batch_size, lanes: calibrate.measure(self, batch_size, lanes))
 
     @property
     def chunk_size(self) -> int:
@@ -158,9 +161,8 @@ class BatchedClients(InProcessClients):
         """Fit any clients of any federations sharing this experiment (a tuning population's members, each client
         with its own method copy and state), nothing stored; outcomes in the jobs' order. Jobs are grouped by
         batch size (a value that cannot be laned; with `run.batched_accumulate`, where the methods allow it, all
-        jobs form one group whose lanes split their batches: accumulate.py); a group of at least
-        `run.batched_min_lanes` jobs trains as lanes in memory-sized chunks, a smaller one one job after another
-        with the in-process code (a vmapped step of one or two lanes costs more than a plain one). A job whose
+        jobs form one group whose lanes split their batches: accumulate.py); a group where lanes pay (policy.py)
+        trains as lanes in memory-sized chunks, another one job after another with the in-process code. A job whose
         loss became NaN / inf comes back with no reply and its old state."""
         by_size: dict[int, list[int]] = {}
         rows = micro_rows([job.alg for job in jobs]) if self.exp.config.run.batched_accumulate else None
@@ -168,10 +170,11 @@ class BatchedClients(InProcessClients):
             by_size.setdefault(0 if rows else job.alg.train_cfg.batch_size, []).append(i)
         done: dict[int, FitOutcome] = {}
         for batch_size, idx in by_size.items():
-            if len(idx) < self.min_lanes:
+            largest = batch_size or max(jobs[i].alg.train_cfg.batch_size for i in idx)
+            size = self._chunk_size(largest)
+            if not self.policy.lanes_pay(largest, min(len(idx), size)):
                 done.update((i, self.fit_job(rnd, jobs[i])) for i in idx)
                 continue
-            size = self._chunk_size(batch_size or max(jobs[i].alg.train_cfg.batch_size for i in idx))
             for start in range(0, len(idx), size):
                 part = idx[start:start + size]
                 done.update(zip(part, self._fit_chunk(rnd, [jobs[i] for i in part], rows), strict=True))
