@@ -4,6 +4,8 @@ and the refusals (config/attack.py and the checks against the federation)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch.utils.data import TensorDataset
@@ -18,6 +20,7 @@ from fedhet.engine.attacks import (
     Attack,
     Triggered,
     attack_rows,
+    attack_summary,
     attack_uploads,
     backdoor_batch,
     check_data,
@@ -125,6 +128,21 @@ def test_attack_success_rate_is_counted_on_honest_clients_only() -> None:
     assert ASR not in flip[3] and len(asked) == 1  # no trigger, no triggered evaluation
     lines = attack_lines({"kind": "backdoor", "clients": ["a"], **{k: v for k, v in avg.items() if k != "client"}})
     assert "worst 40.00%" in lines[0] and "75.00%" in lines[1]
+
+
+def test_a_client_without_a_success_rate_is_left_out_of_the_mean_and_the_summary_reads_the_last_test_round() -> None:
+    bd = attack("backdoor", clients=(0,), names=("a",))
+    rows = [{"client": "a", "accuracy": 0.9}, {"client": "b", "accuracy": 0.4}, {"client": "c", "accuracy": math.nan},
+            {"client": "avg", "accuracy": 0.65}]
+    scores = {"b": {"accuracy": math.nan}, "c": {"accuracy": 1.0}}  # b: no image of another class than the target
+    avg = attack_rows(bd, rows, {0: Message(), 1: Message(), 2: Message()}, lambda m, s: scores)[3]
+    assert avg[ASR] == 1.0 and avg["honest_accuracy"] == 0.4 and avg["honest_worst_accuracy"] == 0.4
+    metrics = [{"round": 1, "client": "avg", "split": "test", ASR: 0.1}, {"round": 2, **avg, "split": "test"},
+               {"round": 2, "client": "avg", "split": "val", ASR: 0.3}, {"round": 2, "client": "b", "split": "test"}]
+    summary = attack_summary(bd, metrics)
+    assert summary == {"kind": "backdoor", "clients": ["a"], "client_ids": [0], ASR: 1.0, "honest_accuracy": 0.4,
+                       "honest_worst_accuracy": 0.4, "attacker_accuracy": 0.9}
+    assert attack_summary(bd, metrics[:0]) == {"kind": "backdoor", "clients": ["a"], "client_ids": [0]}
 
 
 def test_attackers_by_name_id_or_a_seeded_fraction() -> None:

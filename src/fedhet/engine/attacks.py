@@ -1,17 +1,9 @@
-"""Training-time attacks as client behaviours (the `attack:` section; docs/robust.md "Attacks").
-
-The attackers poison what they train on, or rewrite what they upload; the engine calls three hooks:
-- `poison_of`: each mini-batch of an attacker's own training data (engine/local.py's `run_pass`): label_flip maps
-  y -> C - 1 - y (or `attack.permutation`); backdoor stamps the trigger on the first ceil(p * B) images of the
-  shuffled batch and relabels them to the target class. No random number is drawn, so every other draw of the run
-  is the one of the run without the attack.
-- `attack_uploads`: an attacker's reply before the server aggregates it (engine/rounds.py): with d its update
-  over the shared floating-point keys (the keys `server.aggregation`'s robust rules see, `core.robust.rule_keys`)
-  it uploads global - k * d (sign_flip), global + k * d (scale) or global + gamma * d (the backdoor's
-  model-replacement boost). Personal parts (FedBN's BatchNorm, FedRep's head, Ditto's personal model) never reach
-  the server and are untouched; integer counters are left as the client sent them.
-- `eval_split` / `attack_rows`: the backdoor's attack success rate, the share of each honest client's test images
-  of another class than the target which, stamped with the trigger, its deployed model classifies as the target;
+"""Training-time attacks as client behaviours (the `attack:` section; docs/robust.md "Attacks" says what each
+kind does, and on which keys). The engine calls three hooks:
+- `poison_of`: each mini-batch of an attacker's own training data (engine/local.py's `run_pass`); no random number
+  is drawn, so every other draw of the run is the one of the run without the attack;
+- `attack_uploads`: an attacker's reply before the server aggregates it (engine/rounds.py);
+- `eval_split` / `attack_rows`: the backdoor's attack success rate on the honest clients' triggered test images,
   and the honest clients' mean and worst accuracy apart from the attackers' (metrics.jsonl's avg test row).
 """
 
@@ -22,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset
 
@@ -36,7 +27,9 @@ from fedhet.core.protocols import SampleSet
 from fedhet.core.robust import rule_keys
 from fedhet.core.seeding import numpy_rng
 from fedhet.data import ClientData
+from fedhet.data.show import split_labels
 from fedhet.engine.experiment import Experiment
+from fedhet.engine.rundir import last_avg_test_row, nan_mean
 from fedhet.engine.sampling import sample_size
 from fedhet.errors import ConfigError
 from fedhet.yaml_input import JSONDict
@@ -220,11 +213,8 @@ class Triggered(Dataset[Any]):  # Any: (image, label) samples as the base set's
     target: a model's accuracy on it is the attack success rate."""
 
     def __init__(self, base: SampleSet, cfg: AttackConfig) -> None:
-        labels = getattr(base, "labels", None)
-        if labels is None:
-            labels = [int(base[i][1]) for i in range(len(base))]  # type: ignore[arg-type]
         self.base, self.cfg = base, cfg
-        self.keep = [i for i, y in enumerate(np.asarray(labels).tolist()) if y != cfg.target]
+        self.keep = [i for i, y in enumerate(split_labels(base).tolist()) if y != cfg.target]
 
     def __len__(self) -> int:
         return len(self.keep)
@@ -254,19 +244,15 @@ def attack_rows(attack: Attack | None, rows: list[JSONDict], messages: dict[int,
     clients = [r for r in out if r["client"] != "avg" and not math.isnan(r["accuracy"])]
     good = [r["accuracy"] for r in clients if r["client"] not in attack.names]
     bad = [r["accuracy"] for r in clients if r["client"] in attack.names]
-    values = {"honest_accuracy": mean(good), "honest_worst_accuracy": min(good, default=math.nan),
-              "attacker_accuracy": mean(bad)}
+    values = {"honest_accuracy": nan_mean(good), "honest_worst_accuracy": min(good, default=math.nan),
+              "attacker_accuracy": nan_mean(bad)}
     if success:
-        values[ASR] = mean([s["accuracy"] for s in success.values() if not math.isnan(s["accuracy"])])
+        values[ASR] = nan_mean([s["accuracy"] for s in success.values()])
     return [{**r, **values} if r["client"] == "avg" else r for r in out]
-
-
-def mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
 
 
 def attack_summary(attack: Attack, metrics: list[JSONDict]) -> JSONDict:
     """summary.json's `attack`: the kind, the attackers (drawn or named), and the last evaluated round's numbers."""
-    last = next((r for r in reversed(metrics) if r["client"] == "avg" and r["split"] == "test"), {})
+    last = last_avg_test_row(metrics) or {}
     return {"kind": attack.cfg.kind, "clients": list(attack.names), "client_ids": list(attack.clients),
             **{k: last[k] for k in AVG_KEYS if k in last}}

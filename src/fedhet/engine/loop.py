@@ -24,7 +24,7 @@ from fedhet.engine.evaluation import evaluate
 from fedhet.engine.executor import ClientExecutor, ClientStates
 from fedhet.engine.experiment import Experiment
 from fedhet.engine.rounds import fit_and_aggregate, sample_round
-from fedhet.engine.rundir import TRAIN_TIME, RunDirectory, client_rows, mean_train_time
+from fedhet.engine.rundir import TRAIN_TIME, RunDirectory, client_rows, last_avg_test_row, mean_train_time
 from fedhet.engine.tracking import Tracker, open_trackers, round_record
 from fedhet.errors import ConfigError
 from fedhet.yaml_input import JSONDict
@@ -60,7 +60,8 @@ def evaluated(cfg: ExperimentConfig, rnd: int) -> bool:
 
 def avg_test_accuracy(rows: list[JSONDict]) -> float | None:
     """The average test accuracy of the last round evaluated in `rows` (None: no round was)."""
-    return next((float(r["accuracy"]) for r in reversed(rows) if r["client"] == "avg" and r["split"] == "test"), None)
+    row = last_avg_test_row(rows)
+    return None if row is None else float(row["accuracy"])
 
 
 @dataclass(frozen=True)

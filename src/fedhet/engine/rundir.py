@@ -217,14 +217,24 @@ def mean_train_time(rows: list[JSONDict]) -> float | None:
     return sum(times) / len(times) if times else None
 
 
+def nan_mean(values: list[float]) -> float:
+    """The mean of the values that are not NaN (a client without that split); NaN if there are none."""
+    kept = [v for v in values if not math.isnan(v)]
+    return sum(kept) / len(kept) if kept else math.nan
+
+
+def last_avg_test_row(rows: list[JSONDict]) -> JSONDict | None:
+    """The "avg" test row of the last round evaluated in `rows` (None: no round was)."""
+    return next((r for r in reversed(rows) if r["client"] == "avg" and r["split"] == "test"), None)
+
+
 def client_rows(rnd: int, split: str, per_client: dict[str, dict[str, float]]) -> list[JSONDict]:
     """Metric rows for one round and split, plus the uniform client average ('avg') as in the papers."""
     rows = [{"round": rnd, "client": name, "split": split, **m} for name, m in per_client.items()]
     if per_client:
         avg: JSONDict = {"round": rnd, "client": "avg", "split": split}
         for key in METRIC_KEYS:
-            values = [m[key] for m in per_client.values() if not math.isnan(m[key])]
-            avg[key] = sum(values) / len(values) if values else float("nan")
+            avg[key] = nan_mean([m[key] for m in per_client.values()])
         avg["num_examples"] = sum(int(m.get("num_examples", 0)) for m in per_client.values())
         rows.append(avg)
     return rows
