@@ -1,14 +1,7 @@
 """`csv`: your own tabular data, one CSV file (a column names each row's client) or a folder of CSVs (one per
-client), read from `data.root`.
-
-Columns: the label column (`data.options.label`); the features are every other column (or those listed in
-`features`), minus the client and split columns. Features must be numbers, except columns listed in
-`categorical`, which are one-hot encoded (categories: the sorted values seen in the whole table). A missing value
-(empty, NA, N/A, NaN, null, None, ?) is an error naming the column and line, unless `missing: impute`: then it is
-replaced by the mean of the client's own training split (a categorical one becomes all zeros). Features are
-standardised with the mean / std of each client's own training split (`ImputeStandardize`). Classes are the
-sorted label values of the whole table. Test split: a `split_column` of train / test, else the seeded
-`data.test_fraction` hold-out per client. See docs/data.md "Bring your own data".
+client), read from `data.root`. The label column is `data.options.label`; the other columns are numeric features
+or one-hot encoded categorical ones; missing values are an error or imputed (`ImputeStandardize` standardises
+and imputes with each client's own training split). docs/data.md "Bring your own data" gives every rule.
 """
 
 from __future__ import annotations
@@ -66,6 +59,16 @@ class Table:
     def where(self, row: int) -> str:
         path, line = self.origin[row]
         return f"{path} line {line}"
+
+    def require(self, name: str, key: str) -> None:
+        """Column `name`, named by option `key`, exists; else one ConfigError listing the columns."""
+        if name not in self.columns:
+            raise ConfigError(f"data.options.{key}: no column '{name}'{nearest(name, self.columns)}; "
+                              f"columns: {', '.join(self.columns)}")
+
+    def missing(self, name: str) -> list[int]:
+        """The rows where column `name` has no value (empty, NA, ...: `MISSING`)."""
+        return [i for i, v in enumerate(self.columns[name]) if v.lower() in MISSING]
 
 
 def read_csv(path: Path, delimiter: str) -> tuple[list[str], list[list[str]], list[int]]:
@@ -126,26 +129,21 @@ def read_table(root: Path, opts: CsvOptions) -> Table:
 
 def column_values(table: Table, name: str, key: str) -> list[str]:
     """The values of a column named by option `key`; unknown names and missing values are errors."""
-    if name not in table.columns:
-        raise ConfigError(f"data.options.{key}: no column '{name}'{nearest(name, table.columns)}; "
-                          f"columns: {', '.join(table.columns)}")
-    values = table.columns[name]
-    for i, v in enumerate(values):
-        if v.lower() in MISSING:
-            raise DataFileError(f"column '{name}' ({key}) has no value at {table.where(i)}; every row needs one")
-    return values
+    table.require(name, key)
+    if missing := table.missing(name):
+        raise DataFileError(f"column '{name}' ({key}) has no value at {table.where(missing[0])}; every row needs one")
+    return table.columns[name]
 
 
 def numeric(table: Table, name: str, impute: bool) -> np.ndarray:
     """A numeric feature column as float32 (NaN where missing, with `impute`)."""
-    out = np.empty(len(table.clients), np.float32)
-    missing = [i for i, v in enumerate(table.columns[name]) if v.lower() in MISSING]
+    out = np.full(len(table.clients), np.nan, np.float32)
+    missing = table.missing(name)
     if missing and not impute:
         raise DataFileError(f"column '{name}' has a missing value at {table.where(missing[0])} ({len(missing)} in "
                             "all); fill it in, or set data.options.missing: impute (the client's training mean)")
     for i, v in enumerate(table.columns[name]):
         if v.lower() in MISSING:
-            out[i] = np.nan
             continue
         try:
             out[i] = float(v)
@@ -160,8 +158,7 @@ def numeric(table: Table, name: str, impute: bool) -> np.ndarray:
 
 def one_hot(table: Table, name: str, impute: bool) -> tuple[np.ndarray, list[str]]:
     """A categorical column one-hot encoded over its sorted values (all zeros where missing, with `impute`)."""
-    values = table.columns[name]
-    missing = [i for i, v in enumerate(values) if v.lower() in MISSING]
+    values, missing = table.columns[name], table.missing(name)
     if missing and not impute:
         raise DataFileError(f"categorical column '{name}' has a missing value at {table.where(missing[0])} "
                             f"({len(missing)} in all); fill it in, or set data.options.missing: impute (all zeros)")
@@ -188,9 +185,7 @@ def _feature_columns(table: Table, opts: CsvOptions) -> list[str]:
     if opts.features is None:
         return [c for c in table.columns if c not in reserved]
     for name in opts.features:
-        if name not in table.columns:
-            raise ConfigError(f"data.options.features: no column '{name}'{nearest(name, table.columns)}; "
-                              f"columns: {', '.join(table.columns)}")
+        table.require(name, "features")
         if name in reserved:
             raise ConfigError(f"data.options.features lists '{name}', which is the label, client or split column")
     return list(opts.features)
@@ -258,11 +253,8 @@ def resolve(spec: DatasetSpec, opts: CsvOptions, cfg: DataConfig) -> DatasetSpec
                           "or a folder holding one CSV file per client")
     table = read_table(Path(cfg.root).expanduser(), opts)
     domains, classes, names = build_domains(table, opts)
-
-    def load(ctx: LoadContext, domain: str) -> DomainData:
-        return domains[domain]
-
-    return dataclasses.replace(spec, domains=tuple(domains), classes=tuple(classes), loader=load,
+    return dataclasses.replace(spec, domains=tuple(domains), classes=tuple(classes),
+                               loader=lambda ctx, domain: domains[domain],
                                feature_dim=len(names), resolve=None)
 
 
