@@ -134,9 +134,10 @@ class Algorithm(Generic[S, C, W, P]):
         """State-dict keys that are communicated and averaged. FedAvg: all parameters and buffers."""
         return set(model.state_dict())
 
-    def client_model(self, msg: Message, state: ClientState) -> SplitModel:
-        """The client's working model for this call: the reused workspace, fully loaded."""
-        return self.parts.assemble(self.parts.spare("workspace"), msg.arrays, state.local)
+    def client_model(self, msg: Message, state: ClientState, slot: str = "workspace") -> SplitModel:
+        """The received model with the client's local part, fully loaded into the reused model of `slot` (another
+        slot when one call needs a second copy: Fed-SFDA's teacher, pFedAvg's scratch copy)."""
+        return self.parts.assemble(self.parts.spare(slot), msg.arrays, state.local)
 
     # ------------------------------------------------------------------ server side
     def init_server(self) -> S:

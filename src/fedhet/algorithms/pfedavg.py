@@ -79,8 +79,7 @@ class PFedAvg(ModelAlgorithm[PFedAvgParams]):
     def deploy(self, msg: Message, state: ClientState, ctx: ClientContext) -> Deployment:
         """The received model (+ local part) on a scratch copy, fine-tuned by the deployment's pass; `state` is
         left untouched."""
-        # assemble loads every key, so nothing leaks between clients
-        model = self.parts.assemble(self.parts.spare("scratch"), msg.arrays, state.local)
+        model = self.client_model(msg, state, "scratch")  # every key loaded: nothing leaks between clients
         if self.params.finetune_epochs == 0:
             return Deployment(model)
         return Deployment(model, passes=[self.finetune_pass(Work(msg=msg, ctx=ctx, model=model), model)])
