@@ -13,13 +13,10 @@ t_START on every omega rounds (before t_START, g_c is the first global model it 
 The server FedAvg-s the students (sample-weighted under server.aggregation=weighted). Labels of the clients'
 data are never read in training; they are used for evaluation only.
 
-Choices the paper leaves open (spec 2.10; docs/fed_sfda.md has the reasons): threshold 0.9 (LADD's
-self-training confidence), T = 2, lambda_KD = 1, omega = 1, t_START = 2 (the first adaptation round), beta = 0.05
-(FDA's middle value), `kd_teacher` "swa" (the brief's L_KD to the SWA teacher) | "source" (LADD's code: KD to the
-frozen pre-trained model), `deploy` "global" (the FedAvg student) | "teacher" (the client's SWA teacher),
-`bn_stats` "target" (the student's BatchNorm layers train as usual: batch statistics, running estimates updated
-from the target batches) | "source" (they stay in eval mode during adaptation: the source model's statistics,
-so a train-mode student is not distilled toward an eval-mode teacher with other statistics).
+Choices the paper leaves open (spec 2.10; defaults and reasons: docs/fed_sfda.md): `kd_teacher` "swa" (L_KD to
+the SWA teacher) | "source" (LADD's code: to the frozen pre-trained model), `deploy` "global" (the FedAvg student)
+| "teacher" (the client's SWA teacher), `bn_stats` "target" (BatchNorm trains as usual) | "source" (eval mode
+during adaptation: the source model's statistics).
 """
 
 from __future__ import annotations
@@ -61,6 +58,7 @@ from fedhet.core.protocols import num_samples
 from fedhet.data.fda import fda_band, low_band
 from fedhet.data.registry import resolve_spec
 from fedhet.errors import ConfigError
+from fedhet.models import SplitModel
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +73,7 @@ class FedSFDAParams:
     """`source`: the server's labelled data (a `data` section; its domains are D_S, e.g. three PACS domains).
     FDA: `beta`, `fda` (False: pre-train on D_S alone, the no-style ablation). Pre-training: `pretrain_epochs`,
     `pretrain_lr` (None: train.lr). Adaptation: `threshold`, `temperature`, `lambda_kd`, `omega`, `t_start`,
-    `kd_teacher`, `deploy`, `bn_stats` (module docstring)."""
+    `kd_teacher`, `deploy`, `bn_stats` (module docstring; docs/fed_sfda.md)."""
 
     source: DataConfig = field(default_factory=DataConfig)
     beta: float = 0.05
@@ -207,16 +205,10 @@ class FedSFDA(Algorithm[FedSFDAServer, FedSFDAState, FedSFDAWork, FedSFDAParams]
         """The style wave's accumulator, or the student (received model), the SWA teacher and the KD model."""
         if BAND in msg.scalars:
             return FedSFDAWork(msg=msg, ctx=ctx, model=self.parts.spare("workspace"), band=int(msg.scalars[BAND]))
-        model = self.client_model(msg, state)
-        teacher = self.parts.assemble(self.parts.spare("teacher"), msg.arrays, state.local)
-        if state.teacher is not None:
-            load_partial(teacher, state.teacher)
-        kd = teacher
-        if self.params.kd_teacher == "source":
-            kd = self.parts.assemble(self.parts.spare("source"), msg.arrays, state.local)
-            if state.source is not None:
-                load_partial(kd, state.source)
-        return FedSFDAWork(msg=msg, ctx=ctx, model=model, teacher=teacher.eval(), kd=kd.eval())
+        teacher = self.kept_model(msg, state, "teacher", state.teacher)
+        kd = self.kept_model(msg, state, "source", state.source) if self.params.kd_teacher == "source" else teacher
+        return FedSFDAWork(msg=msg, ctx=ctx, model=self.client_model(msg, state), teacher=teacher.eval(),
+                           kd=kd.eval())
 
     def passes(self, work: FedSFDAWork) -> list[LocalPass]:
         """The style pass over the client's images (one epoch, no optimizer), or the adaptation pass."""
@@ -263,22 +255,25 @@ class FedSFDA(Algorithm[FedSFDAServer, FedSFDAState, FedSFDAWork, FedSFDAParams]
             return Message(arrays={STYLE: (work.style_sum / work.images).float().cpu()}, scalars=scalars), state
         assert work.teacher is not None
         p, t = self.params, work.ctx.round
-        student = state_of(work.model)
         teacher, n = state_of(work.teacher), state.swa_n
         if t >= p.t_start and (t - p.t_start) % p.omega == 0:
-            teacher, n = swa_update(teacher, student, n), n + 1
+            teacher, n = swa_update(teacher, state_of(work.model), n), n + 1
         source = state.source
         if p.kd_teacher == "source" and source is None:
             source = {k: v.clone() for k, v in work.msg.arrays.items()}
-        new = dataclasses.replace(state, local=state_of(work.model, self.parts.local_keys()), teacher=teacher,
-                                  swa_n=n, source=source)
-        reply = self.parts.reply(work.model, stats)
+        reply, new = super().finish(work, state, stats)
         reply.scalars["pseudo_kept"] = work.kept / max(work.seen, 1)
-        return reply, new
+        return reply, dataclasses.replace(new, teacher=teacher, swa_n=n, source=source)
 
     def deploy(self, msg: Message, state: FedSFDAState, ctx: ClientContext) -> Deployment:
         """The global student, or (deploy=teacher) the client's SWA teacher once it has one."""
-        model = self.client_model(msg, state)
-        if self.params.deploy == "teacher" and state.teacher is not None:
-            load_partial(model, state.teacher)
-        return Deployment(model)
+        kept = state.teacher if self.params.deploy == "teacher" else None
+        return Deployment(self.kept_model(msg, state, "workspace", kept))
+
+    def kept_model(self, msg: Message, state: FedSFDAState, slot: str, kept: StateDict | None) -> SplitModel:
+        """The received model (+ local part) in `slot`, overwritten by the weights the client `kept` (its SWA
+        teacher or source model) once it has them."""
+        model = self.client_model(msg, state, slot)
+        if kept is not None:
+            load_partial(model, kept)
+        return model
