@@ -14,15 +14,15 @@ P is chosen by `personalize` (`fedhet.models.param_partition`: "focal_modulation
 paper; Table 9's "mlp" / "norm" / "encoder"; any selector list; "all" = every parameter, pFedHN-T).
 `generator="local"` is Vanilla-T (§2.1): each client keeps its own P_i, no hypernetwork.
 
-Our choices where the paper is silent (docs/adaptfed.md): the generated P starts near the model's initial P
-(`init_from_model`); the generator is embedding 32, hidden 100, one hidden layer (ours: FedTP's is 128 / 150 / 3,
-its main.py:71-74); its SGD is FedTP's (0.01, momentum 0.9, wd 1e-3) with the lr scaled to the run's rounds
-(`HyperUpdateConfig.lr_for`). Ours, for the paper's "low-rank hypernetwork conditioning" (spec §2.6): `rank`
-(P_i = B + U_i V_i^T, B in phi, P_i sent in full) and `lora_rank` (P_i = LoRA factors on frozen layers, sent alone).
+Our choices where the paper is silent, with the reasons (docs/adaptfed.md): `init_from_model`, the generator's
+size, its SGD (FedTP's, the lr scaled to the run's rounds: `HyperUpdateConfig.lr_for`) and, for the paper's
+"low-rank hypernetwork conditioning" (spec §2.6), `rank` (P_i = B + U_i V_i^T, B in phi, P_i sent in full) and
+`lora_rank` (P_i = LoRA factors on frozen layers, sent alone).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import math
@@ -35,14 +35,13 @@ import torch
 from torch import nn
 
 from fedhet.algorithms.adaptfed_params import AdaptFEDParams
-from fedhet.algorithms.base import Algorithm, ArraySpec, Capabilities, spec_of
+from fedhet.algorithms.base import Algorithm, ArraySpec, Capabilities
 from fedhet.algorithms.peft_fl import seed_of
 from fedhet.algorithms.registry import register
 from fedhet.config import ServerConfig, TrainConfig
-from fedhet.core.aggregation import average, client_weights
 from fedhet.core.contract import ClientContext, ClientState, FitStats, NovelModel, RoundInfo, ServerState, Work
 from fedhet.core.messages import Message, Reply
-from fedhet.core.params import StateDict, state_of
+from fedhet.core.params import StateDict, keys_under, state_of
 from fedhet.data.show import split_labels
 from fedhet.errors import ConfigError
 from fedhet.models import SplitModel
@@ -131,7 +130,7 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
         personal = set(self.personal_split(model).p)
         keys = set(model.state_dict()) - set(self.lora.frozen if self.lora else ())
         if self.params.local_head:  # +FedPER: the head is the client's own
-            head = {k for k in keys if k.startswith("head.")}
+            head = keys & keys_under(model, "head")
             if head & personal:
                 raise ConfigError("adaptfed: local_head keeps the classification head on each client, so the "
                                   "hypernetwork cannot generate it; personalize parameters outside the head")
@@ -176,13 +175,12 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
     def reply_layout(self, broadcast: Message) -> dict[str, ArraySpec]:
         """The arrays received (xi-bar and P_i), and s_i with the task-aware variant."""
         task = TaskDescriptor.layout(self.num_classes) if self.params.descriptor != "none" else {}
-        return {**spec_of(broadcast.arrays), **task}
+        return {**super().reply_layout(broadcast), **task}
 
     # ------------------------------------------------------------------ server side
     def init_server(self) -> HyperServerState:
         """xi-bar = the initial xi; phi and z drawn from the run's server seed."""
-        shared = {k: v.clone() for k, v in self.parts.init_state.items()
-                  if k in self.parts.shared and k not in self.partition.p}
+        shared = {k: v for k, v in super().init_server().model.items() if k not in self.partition.p}
         if self.params.generator == "local":
             return HyperServerState(model=shared)
         warn_heads(self.partition, self.params)
@@ -208,14 +206,13 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
             return None
         hnet = self.hypernet(server)
         z_new = hnet.embeddings.weight.detach()[trained].mean(dim=0)
-        model = self.parts.new()
-        model.load_state_dict(server.model, strict=False)
+        model = self.server_model(server)
         for p in [*model.parameters(), *hnet.parameters()]:
             p.requires_grad_(False)
         generated = GeneratedModel(model, hnet, z_new, self.descriptor(ctx) if self.params.descriptor != "none"
                                    else None)
         # +FedPER: the new site has no head of its own yet; it trains one from the initial head beside z_new
-        head = [p for n, p in model.named_parameters() if n.startswith("head.")] if self.params.local_head else []
+        head = list(model.head.parameters()) if self.params.local_head else []
         phi = hnet.phi_parameters() if part == "hypernetwork" else []
         for p in [*head, *phi]:
             p.requires_grad_(True)
@@ -223,11 +220,9 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
 
     def aggregate(self, server: HyperServerState, replies: list[Reply], info: RoundInfo) -> HyperServerState:
         """FedAvg of xi (Eq. 3), then the hypernetwork's VJP step with each client's Delta P_i (Eqs. 8-11)."""
-        weights = client_weights([r.num_examples for r in replies], self.server_cfg.aggregation)
-        averaged = average([{k: r.message.arrays[k] for k in server.model} for r in replies], weights)
-        model, opt = self.server_opt.step(server.model, averaged, server.opt)
+        server = super().aggregate(server, replies, info)
         if self.params.generator == "local":
-            return dataclasses.replace(server, model=model, opt=opt)
+            return server
         hnet = self.hypernet(server)
         if self.params.descriptor != "none":  # s_i as last reported (before the step: P_i was generated with it)
             table = hnet.get_buffer("descriptors").clone()
@@ -242,8 +237,8 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
         updater.step([ClientUpdate.from_params(r.client_id, r.num_examples, sent[r.client_id],
                                                {k: r.message.arrays[k].detach().cpu() for k in self.partition.p})
                       for r in replies])
-        return dataclasses.replace(server, model=model, opt=opt, hnet=state_of(hnet),
-                                   hopt=_clone_tree(updater.state_dict()))
+        # a copy: a later load_state_dict would alias these tensors and step them in place
+        return dataclasses.replace(server, hnet=state_of(hnet), hopt=copy.deepcopy(updater.state_dict()))
 
 
 def warn_heads(partition: ParamPartition, p: AdaptFEDParams) -> None:
@@ -272,14 +267,3 @@ class GeneratedModel(nn.Module):
     def export_state_dict(self) -> dict[str, torch.Tensor]:
         """xi-bar with P = h(phi; z_new): the weights it predicts with, as the plain model's (`fedhet export`)."""
         return {**self.model.state_dict(), **self.hnet.generate_from_embedding(self.z, self.descriptor)}
-
-
-def _clone_tree(value: Any) -> Any:  # Any: a torch optimizer state tree
-    """A deep copy of a state_dict-like tree (tensors cloned), so the server state shares no storage."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, dict):
-        return {k: _clone_tree(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_clone_tree(v) for v in value)
-    return value
