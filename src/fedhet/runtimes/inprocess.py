@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from fedhet.algorithms.base import AnyAlgorithm
 from fedhet.core.contract import ClientState
 from fedhet.core.messages import Message, Reply
 from fedhet.core.protocols import SampleSet
-from fedhet.core.seeding import EVALUATE, FIT, client_stream, seeded
+from fedhet.core.seeding import EVALUATE, FIT, client_stream, reseed, rngs_kept
 from fedhet.data.federated import ClientData
 from fedhet.engine.attacks import eval_split, poison_of, resolve_attack
 from fedhet.engine.experiment import Experiment
@@ -64,21 +65,25 @@ class InProcessClients:
         `algorithms`: a client's own copy of the method (`algorithms.base.with_hparams`: FedPop's beta^k), else the
         run's. With `check_split` set (e.g. "val"), each reply carries the trained model's loss on that split."""
         replies, new_states = [], dict(self.states)
-        for cid, msg in messages.items():
-            out, new_states[cid] = self.fit_one(rnd, cid, (algorithms or {}).get(cid, self.alg), msg, self.states[cid])
-            replies.append(Reply(cid, out, self.train_data[cid].num_train))
+        with rngs_kept():  # one save / restore of the RNGs for the round: each client reseeds them all
+            for cid, msg in messages.items():
+                out, new_states[cid] = self.fit_one(rnd, cid, (algorithms or {}).get(cid, self.alg), msg,
+                                                    self.states[cid], kept=True)
+                replies.append(Reply(cid, out, self.train_data[cid].num_train))
         self.states = new_states
         return replies
 
     def fit_one(self, rnd: int, cid: int, alg: AnyAlgorithm, msg: Message, state: ClientState,
-                purpose: str = FIT, data: ClientData | None = None, check: str | None = None
+                purpose: str = FIT, data: ClientData | None = None, check: str | None = None, kept: bool = False
                 ) -> tuple[Message, ClientState]:
         """One client's fit on its (seed, round, client, purpose) RNG; `state` is not modified. `data`: the client
         data its context holds (None: the runner's training view); `check`: the split of it the trained model is
-        scored on (None: `check_split`)."""
+        scored on (None: `check_split`); `kept`: the caller keeps the global RNG states (`seeding.rngs_kept`), the
+        client reseeds them (`seeding.reseed`) and leaves them drawn."""
         ctx = self.exp.context(cid, rnd, data if data is not None else self.train_data[cid])
         split = check or self.check_split
-        with seeded(*client_stream(self.exp.config.seed, rnd, cid, purpose)):
+        with nullcontext() if kept else rngs_kept():
+            reseed(*client_stream(self.exp.config.seed, rnd, cid, purpose))
             return fit_client(alg, msg, state, ctx, check=getattr(ctx.data, split) if split else None,
                               poison=poison_of(self.attack, cid))
 
@@ -99,15 +104,16 @@ class InProcessClients:
         """Metrics of each client in `messages` (its deployed model) on its own split ('test', 'val', or the
         backdoor's 'triggered': engine/attacks.py)."""
         results = {}
-        for cid in sorted(messages):
-            client = self.exp.data.clients[cid]
-            dataset: SampleSet | None = eval_split(self.attack, client, split)
-            if dataset is None:
-                continue
-            state = self.states[self.exp.arrangement.state_of[cid]]
-            ctx = self.exp.context(cid, rnd)
-            with seeded(*client_stream(self.exp.config.seed, rnd, cid, EVALUATE)):
-                results[client.name] = evaluate_client(self.alg, messages[cid], state, ctx, dataset)
+        with rngs_kept():  # one save / restore for all: each client reseeds the RNGs
+            for cid in sorted(messages):
+                client = self.exp.data.clients[cid]
+                dataset: SampleSet | None = eval_split(self.attack, client, split)
+                if dataset is None:
+                    continue
+                state = self.states[self.exp.arrangement.state_of[cid]]
+                reseed(*client_stream(self.exp.config.seed, rnd, cid, EVALUATE))
+                results[client.name] = evaluate_client(self.alg, messages[cid], state, self.exp.context(cid, rnd),
+                                                       dataset)
         return results
 
     def begin_round(self, rnd: int) -> None:
