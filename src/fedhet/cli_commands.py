@@ -13,19 +13,28 @@ from fedhet.cli_args import check_stop_after, config_and_overrides, csv_list
 from fedhet.errors import FedhetError
 
 if TYPE_CHECKING:
+    from fedhet.config import ExperimentConfig
     from fedhet.report import ReportPaths
+    from fedhet.report.table import Reference
     from fedhet.yaml_input import JSONDict
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _load(args: argparse.Namespace, quiet: bool = False) -> ExperimentConfig:
+    """The command's config file (or fedhet's defaults) with its key=value overrides (`config_and_overrides`);
+    `quiet` (a run's --quiet) also sets run.quiet, which the run's own printing reads."""
     from fedhet.config import load_config
+
+    cfg = load_config(*config_and_overrides(args))
+    cfg.run.quiet = cfg.run.quiet or quiet
+    return cfg
+
+
+def cmd_run(args: argparse.Namespace) -> int:
     from fedhet.launch.run import run_experiment
     from fedhet.launch.sweep import SweepPlan, check_plan
 
     check_stop_after(args.stop_after)
-    cfg = load_config(*config_and_overrides(args))
-    if args.quiet:
-        cfg.run.quiet = True
+    cfg = _load(args, args.quiet)
     check_plan(SweepPlan([cfg]), prefix=False, statuses=False)  # method, dataset, model names: before any write
     allowed = tuple(k for text in args.allow_config_change or [] for k in csv_list(text, "--allow-config-change") or [])
     result = run_experiment(cfg, args.run_dir, resume=args.resume, stop_after=args.stop_after,
@@ -39,14 +48,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from fedhet.config import load_config
     from fedhet.tune.run import run_tuning
 
     check_stop_after(args.stop_after)
-    config, overrides = config_and_overrides(args)
-    cfg = load_config(config, overrides)
-    if args.quiet:
-        cfg.run.quiet = True
+    cfg, config = _load(args, args.quiet), config_and_overrides(args)[0]
     result = run_tuning(cfg, args.run_dir, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet,
                         stop_after=args.stop_after, config_dir=Path(config).parent if config else None)
     if result.summary:
@@ -126,9 +131,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     methods, seeds = csv_list(args.methods, "--methods"), csv_list(args.seeds, "--seeds", int)
     datasets = csv_list(args.datasets, "--datasets")
-    cfg = load_config(args.config, args.overrides)
-    if args.quiet:
-        cfg.run.quiet = True
+    cfg = load_config(args.config, args.overrides)  # a sweep names its config file (no key=value in its place)
+    cfg.run.quiet = cfg.run.quiet or args.quiet
     tuned = plan_tuned_sweep(cfg, args.tune, methods, seeds, datasets, Path(args.config).parent) if (
         args.tune is not None or cfg.sweep.get("tune")) else None  # tune/sweep.py
     plan = tuned.defaults if tuned else plan_sweep(cfg, methods, seeds, datasets)
@@ -147,7 +151,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_reference(path: str | None) -> dict[str, Any] | None:  # Any: parsed JSON
+def _load_reference(path: str | None) -> Reference | None:
     """Published numbers to print beside the measured ones: YAML {client: {method: [mean, std]}}."""
     if path is None:
         return None
@@ -189,14 +193,13 @@ def cmd_data(args: argparse.Namespace) -> int:
         for entry in load_catalog():
             print(f"{entry['text']}\non this machine: {presence(entry, root)}\n")
         return 0
-    from fedhet.config import load_config
     from fedhet.data import build_federated_data
 
     if args.plot:
         from fedhet.outpaths import check_plot_file
 
         check_plot_file(Path(args.plot))
-    cfg = load_config(*config_and_overrides(args))
+    cfg = _load(args)
     data = build_federated_data(cfg.data, cfg.seed)
     print(data.describe())
     if args.plot:
@@ -207,11 +210,9 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
-    from fedhet.config import load_config
     from fedhet.launch.pretrain import pretrain_backbone
 
-    cfg = load_config(*config_and_overrides(args))
-    done = pretrain_backbone(cfg, args.out, epochs=args.epochs, minutes=args.minutes, force=args.force,
+    done = pretrain_backbone(_load(args), args.out, epochs=args.epochs, minutes=args.minutes, force=args.force,
                              progress=not args.quiet)
     how = "pretrained" if done.trained else "found (same config and budget; --force trains again)"
     print(f"backbone {how}: {done.path}  held-out accuracy {done.accuracy:.4f}  ({done.meta.get('steps')} steps, "
@@ -239,7 +240,6 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
 def cmd_flower(args: argparse.Namespace) -> int:
     """Flower runtime: simulate (simulation engine), deploy (local SuperLink + SuperNodes), app (App folder)."""
-    from fedhet.config import load_config
     from fedhet.engine.loop import run_dir_for
     from fedhet.runtimes.flower import require_flower
 
@@ -258,7 +258,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
 
         print(summary_line(check_overrides(args.config or "flower-app", args.run_config)))
         return 0
-    cfg = load_config(*config_and_overrides(args))
+    cfg = _load(args)
     cfg.attack.validate("flower")  # an attack runs in process only: refused by name (config/attack.py)
     run_dir = Path(args.run_dir) if args.run_dir else run_dir_for(cfg)
     if args.workdir is not None or args.action == "app":

@@ -14,6 +14,7 @@ def test_run_and_report(tmp_path, capsys) -> None:
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "avg" in out and "results:" in out
+    assert "quiet: true" in (tmp_path / "r" / "config.yaml").read_text()  # --quiet is the run's run.quiet too
     assert main(["report", str(tmp_path / "r"), "--out", str(tmp_path / "rep")]) == 0
     assert (tmp_path / "rep" / "report.md").is_file()
 
