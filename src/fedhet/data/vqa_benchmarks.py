@@ -1,20 +1,11 @@
-"""FedDAT's four heterogeneity benchmarks (thesis ch. 3, Sec. "Benchmarks") built from easy-VQA, plus its source.
+"""FedDAT's four heterogeneity benchmarks (thesis ch. 3, Sec. "Benchmarks") built from easy-VQA, plus its source:
+datasets `easy_vqa_domain` (style + question family per client), `easy_vqa_function` (family), `easy_vqa_scene`
+(style), `easy_vqa_task` (disjoint answer pools: a client-specific head, low-shot) and `easy_vqa_source` (the
+images no client uses, one domain per family, for central pretraining).
 
-Registered datasets (one per benchmark, each client one domain; modality "vqa"):
-- `easy_vqa_domain`: 5 clients, each its own image style AND question family (visual + textual shift);
-- `easy_vqa_function`: 5 clients, one question family each, clean images (textual shift);
-- `easy_vqa_scene`: 6 clients, one image style each, the same question-family mix (visual shift);
-- `easy_vqa_task`: 4 clients with disjoint answer pools (yes/no, shape, 4 bright colours, 4 dark colours),
-  low-shot, `ClientData.classes` = the pool (a client-specific head, C^k-way classification);
-- `easy_vqa_source`: the images no benchmark client uses, clean, answers balanced per family, one domain per
-  family (`data.domains` picks what a backbone is pretrained on; `pooled_train()` pools them).
-
-Splits are fixed (data seed `DATA_SEED`, the same for every experiment seed, as the paper's datasets): easy-VQA's
-train images are permuted once; the first `CLIENT_TRAIN_IMAGES` are cut into K disjoint blocks (client k's
-training images), the rest are the source's. The 1,000 test images are cut into K blocks (client k's test
-images). Within its blocks a client takes questions of its families (and pool), spread evenly over families,
-then over answers (as far as each has questions), so no majority answer gives a free 80%. A sample is
-((image float 3 x S x S, ImageNet-normalised; question LongTensor[16]), answer id).
+Splits are fixed by data seed `DATA_SEED` (the same for every experiment seed): clients get disjoint image
+blocks, and questions spread evenly over their families, then answers. docs/easy_vqa.md "The benchmarks" gives
+the rules. A sample is ((image float 3 x S x S, ImageNet-normalised; question LongTensor[16]), answer id).
 """
 
 from __future__ import annotations
@@ -65,12 +56,14 @@ class VQAClient:
 
 @dataclass(frozen=True)
 class VQABenchmark:
-    """A benchmark: its clients and how many questions each gets (in total, or per answer of its pool)."""
+    """A benchmark: its clients, how many questions each gets (in total, or per answer of its pool), and what
+    differs between its clients (the registry's description)."""
 
     name: str
     clients: tuple[VQAClient, ...]
     train_size: int
     test_size: int
+    what: str
     per_answer: bool = False  # sizes count per answer of the pool (low-shot Task); else per client
     pools: bool = False  # ClientData.classes = the client's pool
 
@@ -83,15 +76,19 @@ BENCHMARKS = {b.name: b for b in (
         VQAClient("inverted_colour", "inverted", ("colour",)),
         VQAClient("blurred_shape", "blurred", ("shape",)),
         VQAClient("noisy_colour_yn", "noisy", ("colour_yn",)),
-        VQAClient("recoloured_shape_yn", "recoloured", ("shape_yn",))), 256, 160),
-    VQABenchmark("easy_vqa_function", tuple(VQAClient(f, "clean", (f,)) for f in FAMILIES), 256, 160),
+        VQAClient("recoloured_shape_yn", "recoloured", ("shape_yn",))), 256, 160,
+        "FedDAT Domain benchmark: style + question family per client"),
+    VQABenchmark("easy_vqa_function", tuple(VQAClient(f, "clean", (f,)) for f in FAMILIES), 256, 160,
+                 "FedDAT Function benchmark: question family per client"),
     VQABenchmark("easy_vqa_scene", tuple(VQAClient(s, s, FAMILIES) for s in (
-        "clean", "inverted", "blurred", "noisy", "recoloured", "pixelated")), 256, 160),
+        "clean", "inverted", "blurred", "noisy", "recoloured", "pixelated")), 256, 160,
+        "FedDAT Scene benchmark: image style per client"),
     VQABenchmark("easy_vqa_task", (
         VQAClient("yes_no", "clean", ("shape_yn", "colour_yn", "negated"), YES_NO),
         VQAClient("shape", "clean", ("shape",), SHAPES),
         VQAClient("colour_bright", "clean", ("colour",), BRIGHT),
-        VQAClient("colour_dark", "clean", ("colour",), DARK)), 32, 40, per_answer=True, pools=True),
+        VQAClient("colour_dark", "clean", ("colour",), DARK)), 32, 40,
+        "FedDAT Task benchmark: answer pool per client, low-shot", per_answer=True, pools=True),
 )}
 
 
@@ -123,12 +120,16 @@ def source_images() -> tuple[np.ndarray, np.ndarray]:
     return rest[n_test:], rest[:n_test]
 
 
-def _balanced(keys: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Positions of `n` entries of `keys`, spread as evenly over its distinct values as their counts allow."""
-    values, counts = np.unique(keys, return_counts=True)
-    take = allocate(np.ones(len(values)), n, caps=counts)
-    return np.concatenate([rng.choice(np.flatnonzero(keys == v), k, replace=False)
-                           for v, k in zip(values, take, strict=True)] or [np.zeros(0, np.int64)])
+def _spread(keys: list[np.ndarray], n: int, rng: np.random.Generator) -> np.ndarray:
+    """Positions of `n` entries, spread as evenly over the distinct values of `keys[0]` as their counts allow, then
+    within each value over those of `keys[1]`, and so on."""
+    values, counts = np.unique(keys[0], return_counts=True)
+    chosen = []
+    for v, k in zip(values, allocate(np.ones(len(values)), n, caps=counts), strict=True):
+        rows = np.flatnonzero(keys[0] == v)
+        inner = [key[rows] for key in keys[1:]]
+        chosen.append(rows[_spread(inner, int(k), rng)] if inner else rng.choice(rows, k, replace=False))
+    return np.concatenate(chosen or [np.zeros(0, np.int64)])
 
 
 def select_questions(q: Questions, images: np.ndarray, client: VQAClient, size: int, per_answer: bool,
@@ -139,14 +140,8 @@ def select_questions(q: Questions, images: np.ndarray, client: VQAClient, size: 
     ok = np.isin(q.image, images) & np.isin(q.family, [FAMILIES.index(f) for f in client.families])
     cand = np.flatnonzero(ok & np.isin(q.answer, [ANSWERS.index(a) for a in pool]))
     if per_answer:
-        return np.sort(cand[_balanced(q.answer[cand], size * len(pool), rng)])
-    fam = q.family[cand]
-    values, counts = np.unique(fam, return_counts=True)
-    chosen = []
-    for v, k in zip(values, allocate(np.ones(len(values)), size, caps=counts), strict=True):
-        sub = cand[fam == v]
-        chosen.append(sub[_balanced(q.answer[sub], int(k), rng)])
-    return np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
+        return np.sort(cand[_spread([q.answer[cand]], size * len(pool), rng)])
+    return np.sort(cand[_spread([q.family[cand], q.answer[cand]], size, rng)])
 
 
 def pack(q: Questions, idx: np.ndarray, images: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
@@ -265,11 +260,7 @@ def _register(name: str, domains: tuple[str, ...], what: str) -> None:
         default_image_size=DEFAULT_IMAGE_SIZE, hflip=False, builtin=True, transforms=vqa_transforms))
 
 
-_WHAT: dict[str, str] = {"easy_vqa_domain": "FedDAT Domain benchmark: style + question family per client",
-                         "easy_vqa_function": "FedDAT Function benchmark: question family per client",
-                         "easy_vqa_scene": "FedDAT Scene benchmark: image style per client",
-                         "easy_vqa_task": "FedDAT Task benchmark: answer pool per client, low-shot"}
 for _b in BENCHMARKS.values():
-    _register(_b.name, tuple(c.name for c in _b.clients), _WHAT[_b.name])
+    _register(_b.name, tuple(c.name for c in _b.clients), _b.what)
 _register("easy_vqa_source", FAMILIES, "the images no benchmark client uses, one domain per question family, for "
           "central pretraining")
