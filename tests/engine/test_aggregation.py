@@ -20,6 +20,20 @@ def test_weighted_average_by_hand() -> None:
     assert out["n"].dtype == torch.int64 and out["n"].item() == 4
 
 
+def test_the_mean_is_the_float64_sum_of_scaled_updates_bit_for_bit() -> None:
+    """One reused float64 buffer per key (issue 42): the same bits as converting, scaling and summing each update."""
+    gen = torch.Generator().manual_seed(0)
+    states = [{"w": torch.randn(4, 300, generator=gen), "h": torch.randn(7, generator=gen).half(),
+               "n": torch.randint(0, 9, (3,), generator=gen)} for _ in range(5)]
+    weights = [3.0, 1.0, 7.0, 2.0, 5.0]
+    out = average(states, weights)
+    for key, ref in states[0].items():
+        want = sum((s[key].to(torch.float64) * (w / 18.0) for s, w in zip(states, weights, strict=True)),
+                   torch.zeros(ref.shape, dtype=torch.float64))
+        want = want.round().to(ref.dtype) if not ref.is_floating_point() else want.to(ref.dtype)
+        assert out[key].dtype == ref.dtype and torch.equal(out[key], want), key
+
+
 def test_uniform_average_ignores_sizes() -> None:
     a, b = {"w": torch.tensor([0.0])}, {"w": torch.tensor([4.0])}
     out = average([a, b], client_weights([1, 100], "uniform"))

@@ -12,7 +12,13 @@ from fedhet.core.params import StateDict
 
 def average(states: Sequence[StateDict], weights: Sequence[float]) -> StateDict:
     """Weighted mean of state dicts (weights are normalised). Integer tensors (e.g. BN's
-    num_batches_tracked) are averaged too and rounded back to their dtype."""
+    num_batches_tracked) are averaged too and rounded back to their dtype.
+
+    The sum runs in float64, client after client: each update is converted into one float64 buffer per key,
+    reused for every client (it allocated two float64 temporaries per client and key: issue 42), scaled, and
+    added; the same operations in the same order as `sum(s[k].double() * (w / total))`, so the same bits. A
+    fused `acc.add_(update, alpha=w)` would skip the buffer but round once instead of twice (FMA), which changes
+    the last bit of recorded results."""
     if not states:
         raise ValueError("nothing to average")
     total = float(sum(weights))
@@ -20,10 +26,11 @@ def average(states: Sequence[StateDict], weights: Sequence[float]) -> StateDict:
         raise ValueError("aggregation weights must sum to a positive number")
     out: StateDict = {}
     for key in states[0]:
-        acc = torch.zeros_like(states[0][key], dtype=torch.float64)
-        for state, w in zip(states, weights, strict=True):
-            acc += state[key].to(torch.float64) * (w / total)
         ref = states[0][key]
+        acc = torch.zeros_like(ref, dtype=torch.float64)
+        term = torch.empty_like(acc)
+        for state, w in zip(states, weights, strict=True):
+            acc += term.copy_(state[key]).mul_(w / total)
         out[key] = acc.round().to(ref.dtype) if not ref.is_floating_point() else acc.to(ref.dtype)
     return out
 
