@@ -64,8 +64,8 @@ class IndexedDataset(Dataset[Any]):  # Any: a sample is (transformed x, y); x's 
             return default_collate([self[int(j)] for j in indices])  # type: ignore[no-any-return]
         index = indices if isinstance(indices, torch.Tensor) else torch.tensor(indices, dtype=torch.int64)
         rows = self._index[0][index]  # torch raises IndexError for an index out of range
-        x = self.parts[0].x[rows]
-        return (self.transform(x) if self.transform is not None else x), self.parts[0].y[rows]
+        x = self.parts[0].x.index_select(0, rows)  # what x[rows] copies, in half its time on a CPU (issue 42)
+        return (self.transform(x) if self.transform is not None else x), self.parts[0].y.index_select(0, rows)
 
     @property
     def labels(self) -> np.ndarray:

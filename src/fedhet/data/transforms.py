@@ -68,11 +68,20 @@ class ResizeTo:
         return f"ResizeTo({self.size})"
 
 
+class ImageBatchCompose(v2.Compose):
+    """Steps that treat each image of a batch on its own and draw no random numbers (resize, scaling to float,
+    per-channel normalisation): `batchable`, so a client's batch is transformed in one call rather than image by
+    image (issue 42), the same values (tests/data/test_transforms_batch.py)."""
+
+    batchable = True
+
+
 def image_transforms(size: int, augment: bool, hflip: bool,
                      input_noise_std: float = 0.0) -> tuple[Transform, Transform]:
-    """(train, eval) transforms for uint8 CxHxW images -> float32 3 x size x size."""
+    """(train, eval) transforms for uint8 CxHxW images -> float32 3 x size x size; without augmentation or noise,
+    applied to whole batches (`ImageBatchCompose`)."""
     to_float = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-    eval_t = v2.Compose([ResizeTo(size), *to_float])
+    eval_t = ImageBatchCompose([ResizeTo(size), *to_float])
     if augment:
         steps: list[Transform] = [v2.RandomResizedCrop(size, scale=(0.6, 1.0), antialias=True)]
         if hflip:
@@ -82,7 +91,7 @@ def image_transforms(size: int, augment: bool, hflip: bool,
         steps = [ResizeTo(size), *to_float]
     if input_noise_std > 0:
         steps.append(AddGaussianNoise(input_noise_std))
-    return v2.Compose(steps), eval_t
+    return (v2.Compose if augment or input_noise_std > 0 else ImageBatchCompose)(steps), eval_t
 
 
 class LogL2Normalize:
