@@ -4,6 +4,8 @@ Vanilla-T keeps P on the client and out of every message."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -61,6 +63,19 @@ def test_server_averages_xi_only_and_moves_the_generator_toward_the_returned_P()
     before, after = sent[0].arrays, alg.broadcast(new, info, 0).arrays  # client 0 weighs 3/4 of the step
     start = sum(float(torch.ones_like(before[k]).norm()) for k in p)  # |P_returned - P_sent|
     assert sum(float((before[k] + 1.0 - after[k]).norm()) for k in p) < start
+
+
+def test_a_later_round_leaves_the_earlier_server_state_untouched() -> None:
+    """States are never mutated (rollback and checkpoints keep them): the hypernetwork optimizer's momentum that
+    round 2 loads and steps is a copy of round 1's, not its tensors."""
+    exp, alg, server = setup()
+    p, info = alg.partition.p, exp.round_info(1)
+    one = alg.aggregate(server, [fake_reply(alg.broadcast(server, info, 0), 0, 10, 1.0, p)], info)
+    kept = copy.deepcopy(one.hopt)
+    alg.aggregate(one, [fake_reply(alg.broadcast(one, info, 0), 0, 10, 1.0, p)], exp.round_info(2))
+    momentum = [k for k, v in kept["optimizer"]["state"].items() if "momentum_buffer" in v]
+    assert momentum and all(torch.equal(one.hopt["optimizer"]["state"][k]["momentum_buffer"],
+                                        kept["optimizer"]["state"][k]["momentum_buffer"]) for k in momentum)
 
 
 def test_the_paper_sign_moves_away() -> None:

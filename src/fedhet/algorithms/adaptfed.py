@@ -231,14 +231,13 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
             hnet.set_descriptors(table)
         update = self.params.update  # its lr scaled to this run's rounds (hypernet_update.scaled_lr)
         updater = HyperNetworkUpdater(hnet, dataclasses.replace(update, lr=update.lr_for(info.rounds)))
-        updater.load_state_dict(server.hopt)
+        updater.load_state_dict(copy.deepcopy(server.hopt))  # a copy: step() would change loaded tensors in place
         with torch.no_grad():
             sent = {r.client_id: hnet(r.client_id) for r in replies}
         updater.step([ClientUpdate.from_params(r.client_id, r.num_examples, sent[r.client_id],
                                                {k: r.message.arrays[k].detach().cpu() for k in self.partition.p})
                       for r in replies])
-        # a copy: a later load_state_dict would alias these tensors and step them in place
-        return dataclasses.replace(server, hnet=state_of(hnet), hopt=copy.deepcopy(updater.state_dict()))
+        return dataclasses.replace(server, hnet=state_of(hnet), hopt=updater.state_dict())  # the updater's own
 
 
 def warn_heads(partition: ParamPartition, p: AdaptFEDParams) -> None:
