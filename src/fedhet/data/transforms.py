@@ -68,12 +68,22 @@ class ResizeTo:
         return f"ResizeTo({self.size})"
 
 
-class ImageBatchCompose(v2.Compose):
-    """Steps that treat each image of a batch on its own and draw no random numbers (resize, scaling to float,
-    per-channel normalisation): `batchable`, so a client's batch is transformed in one call rather than image by
-    image (issue 42), the same values (tests/data/test_transforms_batch.py)."""
+class ImageBatchCompose:
+    """`v2.Compose` of steps that treat each image of a batch on its own and draw no random numbers (resize,
+    scaling to float, per-channel normalisation): `batchable`, so a client's batch is transformed in one call
+    rather than image by image (issue 42), the same values (tests/data/test_transforms_batch.py)."""
 
     batchable = True
+
+    def __init__(self, steps: list[Transform]) -> None:
+        self.compose = v2.Compose(steps)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.compose(x)  # torchvision: untyped
+        return out
+
+    def __repr__(self) -> str:
+        return repr(self.compose)
 
 
 def image_transforms(size: int, augment: bool, hflip: bool,
