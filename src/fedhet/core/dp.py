@@ -28,16 +28,12 @@ from fedhet.config.privacy import DPConfig
 from fedhet.core.contract import ServerState
 from fedhet.core.messages import Message, Reply
 from fedhet.core.params import StateDict
+from fedhet.core.robust import rule_keys
 from fedhet.core.seeding import torch_generator
 from fedhet.errors import ConfigError
 
 CLIP, STEPS = "dp/clip", "dp/steps"  # the DP state kept in ServerState.opt (checkpointed, rolled back with it)
 LOCAL = "dp/local"  # a reply's scalar, 1: its client clipped and noised its update itself (mode local, on Flower)
-
-
-def floating_keys(model: StateDict) -> list[str]:
-    """The keys DP clips and noises: the floating-point arrays of the global model (not integer buffers)."""
-    return [k for k, v in model.items() if v.is_floating_point()]
 
 
 def update_of(state: StateDict, current: StateDict, keys: Sequence[str]) -> StateDict:
@@ -105,7 +101,7 @@ def local_message(cfg: DPConfig, sent: StateDict, reply: Message, seed: int, rnd
     of `sent` (the global model it received) clipped to privacy.dp.clip, plus N(0, (sigma * clip)^2) from its
     (seed, round, client) stream; the reply marked LOCAL. The same call in-process (`privatize`, for each client)
     and on a Flower ClientApp (runtimes/flower/client.py), so both send the same bits."""
-    update, _ = clip_update(update_of(reply.arrays, sent, floating_keys(sent)), cfg.clip)
+    update, _ = clip_update(update_of(reply.arrays, sent, rule_keys(sent)), cfg.clip)
     noise = gaussian_noise(update, cfg.noise_multiplier * cfg.clip, torch_generator(seed, rnd, client_id, "dp-local"))
     return Message(arrays=released(sent, reply.arrays, update, noise), scalars={**reply.scalars, LOCAL: 1})
 
@@ -122,7 +118,7 @@ def privatize(cfg: DPConfig, server: ServerState, replies: list[Reply], seed: in
                     local_message(cfg, current, r.message, seed, rnd, r.client_id) for r in replies]
         unclipped = 0  # adaptive clipping needs server mode (config/privacy.py)
     else:
-        updates = [clip_update(update_of(r.message.arrays, current, floating_keys(current)), clip) for r in replies]
+        updates = [clip_update(update_of(r.message.arrays, current, rule_keys(current)), clip) for r in replies]
         unclipped = sum(within for _, within in updates)
         noise = gaussian_noise(updates[0][0], model_noise_multiplier(cfg, m) * clip / m,
                                torch_generator(seed, rnd, "dp-noise"))  # one draw, the same for every reply

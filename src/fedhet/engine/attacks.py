@@ -22,6 +22,7 @@ from fedhet.config import ServerConfig
 from fedhet.config.attack import UPLOAD_KINDS, AttackConfig, TriggerConfig
 from fedhet.config.sections import MAJORITY_RULES
 from fedhet.core.contract import ServerState
+from fedhet.core.dp import update_of
 from fedhet.core.messages import Message, Reply
 from fedhet.core.protocols import SampleSet
 from fedhet.core.robust import rule_keys
@@ -199,9 +200,8 @@ def attack_uploads(attack: Attack | None, server: ServerState, replies: list[Rep
     for reply in replies:
         if reply.client_id in attack.clients:
             arrays = dict(reply.message.arrays)
-            for k in keys:
-                base = current[k].to(torch.float64)
-                arrays[k] = (base + factor * (arrays[k].to(torch.float64) - base)).to(arrays[k].dtype)
+            for k, update in update_of(arrays, current, keys).items():
+                arrays[k] = (current[k].to(torch.float64) + factor * update).to(arrays[k].dtype)
             reply = replace(reply, message=replace(reply.message, arrays=arrays))
         out.append(reply)
     return out
