@@ -29,7 +29,7 @@ from fedhet.config import ExperimentConfig
 from fedhet.engine.driver import PhaseHook, RoundDriver
 from fedhet.engine.experiment import build_experiment
 from fedhet.engine.loop import evaluated, run_dir_for
-from fedhet.engine.rundir import METRIC_KEYS, RunDirectory, claimed, client_rows
+from fedhet.engine.rundir import METRIC_KEYS, RunDirectory, claimed, client_rows, nan_mean
 from fedhet.engine.signals import StopSignals
 from fedhet.errors import FedhetError
 from fedhet.tune.apply import apply_vector, check_space, vector_to_dict
@@ -229,7 +229,7 @@ class TuningJob(RoundDriver[TuneResult]):
         # a configuration scored +inf since it was (re)initialised is never picked (unless all were: a halt)
         live = [m for m in live if all(math.isfinite(x) for x in m.history)] or live
         results = {m.slot: pop.evaluate(m, cfg.rounds, split) for m in live}
-        accuracy = [_mean([c["accuracy"] for c in results[m.slot].values()]) for m in live]
+        accuracy = [nan_mean([c["accuracy"] for c in results[m.slot].values()]) for m in live]
         chosen = next(m for m in live if m.slot == best_slot([m.slot for m in live], accuracy))
         test = results[chosen.slot] if split == "test" else pop.evaluate(chosen, cfg.rounds, "test")
         final = {r["client"]: {k: r[k] for k in METRIC_KEYS} for r in client_rows(cfg.rounds, "test", test)}
@@ -238,7 +238,7 @@ class TuningJob(RoundDriver[TuneResult]):
         atomic_write_text(self.dir.path / "tune" / "best_config.yaml",
                           yaml.safe_dump(best_cfg.to_dict(), sort_keys=False))
         tuned = pop.finetuned(chosen, cfg.rounds)
-        finetuned = {**tuned, "avg": {"accuracy": _mean([m["accuracy"] for m in tuned.values()])}}
+        finetuned = {**tuned, "avg": {"accuracy": nan_mean([m["accuracy"] for m in tuned.values()])}}
         tried_alpha, tried_beta = pop.tried.counts()
         summary = {"name": cfg.name, "method": cfg.method, "label": cfg.variant, "dataset": cfg.data.dataset,
                    "seed": cfg.seed, "rounds": cfg.rounds, "rounds_completed": self.round, "halted": self.halted,
@@ -262,12 +262,6 @@ def _diverged(members_log: Path) -> int:
     lines = members_log.read_text().splitlines() if members_log.is_file() else []
     rows = [json.loads(line) for line in lines]
     return len({(r["slot"], r["born"]) for r in rows if r["score"] is not None and math.isinf(r["score"])})
-
-
-def _mean(values: list[float]) -> float:
-    """The mean over the clients that have a value (NaN: a client without that split), as `client_rows`' avg."""
-    finite = [v for v in values if v == v]
-    return sum(finite) / len(finite) if finite else float("nan")
 
 
 def _round_of(line: str) -> int:
