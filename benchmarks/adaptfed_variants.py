@@ -51,7 +51,7 @@ def measure(overrides: list[str], clients: int = 5) -> dict[str, Any]:
     t2 = time.perf_counter()
     alg.aggregate(server, replies, info)
     t3 = time.perf_counter()
-    counts = hypernet_param_count(alg.new_hypernet()) if alg.params.generator == "hypernet" else {}
+    counts = hypernet_param_count(alg.hypernet()) if alg.params.generator == "hypernet" else {}
     flows = traffic(list(sent.values()), [r.message for r in replies])
     return {"counts": counts, "p": alg.partition.p_numel, "traffic": flows, "generate_s": (t1 - t0) / clients,
             "fit_s": (t2 - t1) / clients, "aggregate_s": t3 - t2}

@@ -138,22 +138,21 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
         return keys - personal if self.params.generator == "local" else keys
 
     # ------------------------------------------------------------------ the hypernetwork
-    def new_hypernet(self) -> HyperNetwork:
+    def hypernet(self, server: HyperServerState | None = None) -> HyperNetwork:
+        """The hypernetwork (on the CPU, whatever the clients' device) with the server's phi and z; None: freshly
+        drawn (torch's global RNG: the run's server seed)."""
         if self.num_clients < 1:
             raise ConfigError("adaptfed needs the number of clients to size the client embeddings; build the "
                               "algorithm through the engine (fedhet run / build_experiment)")
         p = self.params
         init = {n: self.parts.init_state[n].detach().cpu() for n in self.partition.p} if p.init_from_model else None
-        return HyperNetwork(self.partition.shapes(), self.num_clients, embedding_dim=p.embedding_dim,
+        hnet = HyperNetwork(self.partition.shapes(), self.num_clients, embedding_dim=p.embedding_dim,
                             hidden_dim=p.hidden_dim, n_hidden=p.n_hidden, rank=p.rank,
                             descriptor_dim=self.num_classes if p.descriptor == "label_histogram" else None,
                             heads=dict(zip(self.partition.group_keys, self.partition.groups, strict=True)),
                             init_values=init)
-
-    def hypernet(self, server: HyperServerState) -> HyperNetwork:
-        """The server's hypernetwork with the state's phi and z (on the CPU, whatever the clients' device)."""
-        hnet = self.new_hypernet()
-        hnet.load_state_dict(server.hnet)
+        if server is not None:
+            hnet.load_state_dict(server.hnet)
         return hnet
 
     def finish(self, work: Work, state: ClientState, stats: FitStats) -> tuple[Message, ClientState]:
@@ -184,7 +183,7 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
         if self.params.generator == "local":
             return HyperServerState(model=shared)
         warn_heads(self.partition, self.params)
-        hnet = self.new_hypernet()
+        hnet = self.hypernet()
         hopt = HyperNetworkUpdater(hnet, self.params.update).state_dict()
         return HyperServerState(model=shared, hnet=state_of(hnet), hopt=hopt)
 
@@ -206,9 +205,8 @@ class AdaptFED(Algorithm[HyperServerState, ClientState, Work, AdaptFEDParams]):
             return None
         hnet = self.hypernet(server)
         z_new = hnet.embeddings.weight.detach()[trained].mean(dim=0)
-        model = self.server_model(server)
-        for p in [*model.parameters(), *hnet.parameters()]:
-            p.requires_grad_(False)
+        model = self.server_model(server).requires_grad_(False)
+        hnet.requires_grad_(False)
         generated = GeneratedModel(model, hnet, z_new, self.descriptor(ctx) if self.params.descriptor != "none"
                                    else None)
         # +FedPER: the new site has no head of its own yet; it trains one from the initial head beside z_new
