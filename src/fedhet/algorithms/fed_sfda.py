@@ -149,9 +149,7 @@ class FedSFDA(Algorithm[FedSFDAServer, FedSFDAState, FedSFDAWork, FedSFDAParams]
     Params = FedSFDAParams
     # L_KD's weight, the pseudo-label threshold and the KD temperature: read in `adapt_step` only
     capabilities = Capabilities(call_params=frozenset({"lambda_kd", "threshold", "temperature"}))
-    server_state_type = FedSFDAServer
-    client_state_type = FedSFDAState
-    work_type = FedSFDAWork
+    server_state_type, client_state_type, work_type = FedSFDAServer, FedSFDAState, FedSFDAWork
 
     # ------------------------------------------------------------------ server side
     def band(self) -> tuple[int, int]:

@@ -72,8 +72,7 @@ class FedBiPServer(ServerState):
     cost: dict[str, float] = field(default_factory=dict)
 
     def facts(self) -> dict[str, Any]:  # Any: JSON facts
-        """|D_syn| and the cost (seconds per client upload, per generated image, for the classifier; images
-        generated, not read from the cache) for summary.json."""
+        """|D_syn| and the cost, for summary.json."""
         return {"fedbip": {"synthetic": self.synthetic, "cost": dict(self.cost)}} if self.synthetic else {}
 
 
@@ -111,9 +110,7 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork, FedBiPParams]):
     Params = FedBiPParams
     one_shot = True
     capabilities = Capabilities(modality="latent-diffusion")
-    server_state_type = FedBiPServer
-    client_state_type = ClientState
-    work_type = FedBiPWork
+    server_state_type, client_state_type, work_type = FedBiPServer, ClientState, FedBiPWork
 
     # ------------------------------------------------------------------ the frozen LDM
     def encoder(self) -> PromptEncoder:
@@ -229,9 +226,8 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork, FedBiPParams]):
     # ------------------------------------------------------------------ server side
     def broadcast(self, server: FedBiPServer, info: RoundInfo, client_id: int) -> Message:
         """Before the server step, nothing but the request (the LDM is public and the client trains no model);
-        after it, the classifier, which every client deploys (evaluation, `fedhet privacy`)."""
-        if info.round != 1:
-            raise ConfigError(f"fedbip is one-shot: it runs round 1 only, not round {info.round} (set rounds=1)")
+        after it, the classifier, which every client deploys (evaluation, `fedhet privacy`). One round only:
+        build_experiment refuses rounds != 1 (`one_shot`)."""
         if not server.synthetic:
             return Message(scalars={"one_shot": True})
         return Message(arrays=server.model)
@@ -250,7 +246,7 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork, FedBiPParams]):
         p, arrays = self.params, reply.message.arrays
         try:
             upload = FedBiPUpload(arrays["latents"], arrays["labels"], arrays["domain"], arrays["classes"])
-            geometry = tuple(int(reply.message.scalars[k]) for k in GEOMETRY)
+            c, h, w = (int(reply.message.scalars[k]) for k in GEOMETRY)
         except (KeyError, FedhetError) as err:
             raise ConfigError(f"client {reply.client_id}'s fedbip upload is malformed: {err}") from err
         redraw = max_noise_std(self.encoder().parts.train_scheduler) if p.start_latent == "fresh" else 0.0
@@ -261,7 +257,7 @@ class FedBiP(Algorithm[FedBiPServer, ClientState, FedBiPWork, FedBiPParams]):
         images, labels = synthesize(upload, plan, gen, run, self.cache_folder(), key)
         log.info("fedbip: client %d, %d synthetic images from %d uploaded latents", reply.client_id, len(labels),
                  len(upload.labels))
-        return images, labels, (geometry[0], geometry[1], geometry[2]), key
+        return images, labels, (c, h, w), key
 
     def aggregate(self, server: FedBiPServer, replies: list[Reply], info: RoundInfo) -> FedBiPServer:
         """D_syn from every upload (Eq. 5 x multiplier), then the classifier on D_syn only (Eq. 6)."""
