@@ -121,8 +121,13 @@ class PassRunner:
                     examples[i] += y.shape[0]
                 for idx in groups.values():
                     loss, finite = self.group_step(idx, drawn, tensors, dev)
-                    loss_sum[idx] += loss.to(torch.float64)
-                    bad[idx] |= ~finite
+                    if len(idx) == self.lanes:  # every lane: no index tensor to build (a small model's step is ~ms)
+                        loss_sum.add_(loss)
+                        bad.logical_or_(~finite)
+                    else:
+                        ix = torch.tensor(idx, device=dev)
+                        loss_sum.index_add_(0, ix, loss.to(torch.float64))
+                        bad.index_fill_(0, ix[~finite], True)
         stats = [PassStats(loss=float(loss_sum[i]) / max(counts[i], 1), steps=counts[i], examples=examples[i])
                  for i in range(self.lanes)]
         return PassResult(stats, [self._persisted(i) for i in range(self.lanes)], bad.tolist())
