@@ -7,8 +7,8 @@ runtimes do it, no image transforms). Four timings of the same work, median of `
   * `inprocess`  fedhet's in-process runtime (`InProcessClients.fit`), what a run costs one client at a time;
   * `bare_vmap`  plain `vmap(grad(...))` over stacked parameters and a hand SGD update, batches pre-stacked;
   * `batched`    fedhet's batched runtime as users run it (`BatchedClients.fit`: per-client batch streams,
-                 stacking, the functional optimizer, copying back; above `CPU_PAYS_UP_TO` parameters on a CPU it
-                 trains the clients one after another, in-process code);
+                 stacking, the functional optimizer, copying back; where its calibration measures lanes slower
+                 on this machine it trains the clients one after another, in-process code: policy.py);
   * `lanes`      the same with lanes forced (`run.batched_min_lanes=1`): what the lanes cost where they do not pay;
   * `batched_steps`  its vectorized steps alone (`PassRunner.run` on batches drawn beforehand): what it adds to
                  bare vmap by stacking, masking and its optimizer, without the per-client data loading.
