@@ -36,6 +36,7 @@ from torch.func import functional_call
 from fedhet.core.batches import restrict_logits
 from fedhet.core.seeding import torch_generator
 from fedhet.errors import FedhetError
+from fedhet.losses.descent import descend
 
 METHODS = ("dlg", "ig")
 IG_LR, TV_WEIGHT = 0.1, 0.1  # inversefed's DEFAULT_CONFIG
@@ -130,10 +131,9 @@ def dlg(obs: Observed, x: torch.Tensor, labels: torch.Tensor, iters: int) -> flo
     opt = torch.optim.LBFGS([x], lr=1.0, max_iter=iters, history_size=100, line_search_fn="strong_wolfe",
                             tolerance_grad=1e-12, tolerance_change=1e-15)
 
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
+    def closure() -> torch.Tensor:  # L-BFGS re-evaluates: the gradient only, its own step does the rest
         loss = l2_distance(simulated_update(obs, x, labels), obs)
-        loss.backward()
+        (x.grad,) = torch.autograd.grad(loss, [x])
         return loss
 
     opt.step(closure)
@@ -146,13 +146,14 @@ def inverting_gradients(obs: Observed, x: torch.Tensor, labels: torch.Tensor, it
     opt = torch.optim.Adam([x], lr=IG_LR)
     milestones = [iters * 3 // 8, iters * 5 // 8, iters * 7 // 8]
     schedule = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=milestones, gamma=0.1)
+
+    def signed() -> None:  # Geiping et al.: Adam on the gradient's sign
+        if x.grad is not None:
+            x.grad.sign_()
+
     for _ in range(iters):
-        opt.zero_grad()
         loss = cosine_distance(simulated_update(obs, x, labels), obs) + tv * total_variation(x)
-        loss.backward()
-        assert x.grad is not None
-        x.grad.sign_()
-        opt.step()
+        descend(opt, loss, "the inversion's dummy images", "try --method dlg or fewer --iters", before_step=signed)
         schedule.step()
     return float(cosine_distance(simulated_update_nograd(obs, x, labels), obs) + tv * total_variation(x.detach()))
 
