@@ -37,6 +37,7 @@ from fedhet.core.batches import restrict_logits
 from fedhet.core.seeding import torch_generator
 from fedhet.errors import FedhetError
 from fedhet.losses.descent import descend
+from fedhet.runtimes.batched.optim import SGD
 
 METHODS = ("dlg", "ig")
 IG_LR, TV_WEIGHT = 0.1, 0.1  # inversefed's DEFAULT_CONFIG
@@ -69,17 +70,14 @@ def simulated_update(obs: Observed, x: torch.Tensor, y: torch.Tensor) -> dict[st
     (every trainable parameter steps; torch's SGD: buffer = g, then momentum * buffer + g), differentiable in x."""
     model = obs.model.train()
     start = {k: p.detach().requires_grad_(True) for k, p in model.named_parameters() if p.requires_grad}
-    state = {**{k: b.detach().clone() for k, b in model.named_buffers()}, **start}
-    names, sgd = list(start), obs.sgd
-    buffers: dict[str, torch.Tensor] = {}
-    for _ in range(sgd.steps):
-        logits = restrict_logits(functional_call(model, state, (x,)), obs.classes)
-        grads = torch.autograd.grad(F.cross_entropy(logits, y), [state[k] for k in names], create_graph=True)
-        for k, g in zip(names, grads, strict=True):
-            g = g + sgd.weight_decay * state[k] if sgd.weight_decay else g
-            buffers[k] = g if k not in buffers else sgd.momentum * buffers[k] + g
-            state[k] = state[k] - sgd.lr * buffers[k]
-    return {k: state[k] - start[k] for k in obs.update}
+    buffers = {k: b.detach().clone() for k, b in model.named_buffers()}
+    sgd = SGD(obs.sgd.lr, obs.sgd.momentum, weight_decay=obs.sgd.weight_decay)  # the lanes' pure torch SGD
+    params, opt_state = start, sgd.init(start)
+    for _ in range(obs.sgd.steps):
+        logits = restrict_logits(functional_call(model, {**buffers, **params}, (x,)), obs.classes)
+        grads = torch.autograd.grad(F.cross_entropy(logits, y), list(params.values()), create_graph=True)
+        params, opt_state = sgd.update(params, dict(zip(params, grads, strict=True)), opt_state)
+    return {k: params[k] - start[k] for k in obs.update}
 
 
 def l2_distance(sim: dict[str, torch.Tensor], obs: Observed) -> torch.Tensor:
