@@ -92,6 +92,6 @@ def test_the_contract_loads_neither_data_nor_models_no_network_loads_before_a_lo
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
     facts = json.loads(done.stdout)
     heavy = [m for m in facts["contract"] if m.startswith(("fedhet.data", "fedhet.models"))]
-    assert not heavy and len(facts["contract"]) <= 17, facts["contract"]  # 17: + config.privacy
+    assert not heavy and len(facts["contract"]) <= 18, facts["contract"]  # 18: + config.privacy, config.attack
     assert set(facts["networks"]) <= {"fedhet.models.complexity", "fedhet.models.param_partition"}, facts["networks"]
     assert {"DittoState", "ScaffoldServerState", "MMDDKernelState"} <= set(facts["states"])

@@ -46,8 +46,8 @@ def problems_of_a_run(monkeypatch: pytest.MonkeyPatch, backbone: Path, out: Path
         started.append(real_start(self, msg, state, ctx))
         return started[-1]
 
-    def fit(alg: Any, msg: Any, state: Any, ctx: Any, check: Any = None) -> Any:
-        out, new = real_fit(alg, msg, state, ctx, check=check)
+    def fit(alg: Any, msg: Any, state: Any, ctx: Any, **kwargs: Any) -> Any:
+        out, new = real_fit(alg, msg, state, ctx, **kwargs)
         problems.extend(f"round {ctx.round}: {k} sent" for k in out.arrays if ".slots.shared." not in k)
         for name, p in adapter_named_parameters(started[-1].model, "frozen_shared"):
             if not torch.equal(p, msg.arrays[name.replace(".slots.frozen_shared.", ".slots.shared.")]):
