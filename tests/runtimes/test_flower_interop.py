@@ -145,7 +145,7 @@ def test_fedhets_server_drives_a_quickstart_client_app(tmp_path, partition_query
     not answer (or none, run config `partition-query = false`) gives them client ids in node order, `lr` is
     read from the train config, num-examples from their MetricRecord, eval_acc / eval_loss as accuracy / loss."""
     torch.manual_seed(0)  # the stock loop shuffles with torch's global generator, as the template does
-    rounds = 3 if partition_query else 1  # without the query: only the mapping differs, one round shows it
+    rounds = 2 if partition_query else 1  # without the query: only the mapping differs, one round shows it
     c = cfg("method=fedavg", "train.local_steps=null", "train.local_epochs=3", f"rounds={rounds}")
     grid = AppGrid([quickstart_client_app(c)] * 4)
     loop = FlowerRoundLoop(build_experiment(c), tmp_path / "run", grid, progress=False,
@@ -155,7 +155,7 @@ def test_fedhets_server_drives_a_quickstart_client_app(tmp_path, partition_query
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     avg = [r for r in metrics if r["client"] == "avg" and r["split"] == "test"]
     assert [r["round"] for r in avg] == list(range(1, rounds + 1)) and avg[-1]["num_examples"] > 0
-    assert avg[-1]["accuracy"] > (0.2 if rounds == 3 else 0.0)  # learned in 3 rounds; chance is 0.1
+    assert avg[-1]["accuracy"] > (0.2 if rounds == 2 else 0.0)  # learned in 2 rounds; chance is 0.1
     assert all(r["balanced_accuracy"] is None for r in metrics if r["client"] != "avg")  # NaN, written as null
     assert sum(kind.startswith("query") for _, kind in grid.sent) == (4 if partition_query else 0)  # once, at start
 
