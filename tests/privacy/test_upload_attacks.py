@@ -135,3 +135,16 @@ def test_bad_input(runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.Mo
     for attack in (invert_run, evaluate_server_view):
         with pytest.raises(FedhetError, match="has no checkpoint"):
             attack(tmp_path)
+
+
+def test_the_attackers_sgd_is_the_runs_own() -> None:
+    """lr, momentum and weight decay of the simulated local training come from the run's train config (a dropped
+    weight decay or momentum makes every simulated update wrong)."""
+    from types import SimpleNamespace
+
+    from fedhet.privacy.invert_run import local_sgd
+
+    cfg = load_config(None, [*TINY, *MLP, "train.lr=0.07", "train.momentum=0.6", "train.weight_decay=0.003"])
+    train, sgd = local_sgd(SimpleNamespace(exp=SimpleNamespace(config=cfg)), batch=3, steps=2)  # type: ignore[arg-type]
+    assert (sgd.lr, sgd.momentum, sgd.weight_decay, sgd.steps, sgd.dampening) == (0.07, 0.6, 0.003, 2, 0.0)
+    assert (train.batch_size, train.local_steps) == (3, 2)

@@ -44,12 +44,10 @@ IG_LR, TV_WEIGHT = 0.1, 0.1  # inversefed's DEFAULT_CONFIG
 
 
 @dataclass(frozen=True)
-class LocalSGD:
-    """The client's local training as the attacker simulates it: `steps` SGD steps on the one batch."""
+class LocalSGD(SGD):
+    """The client's local training as the attacker simulates it: `steps` steps of torch's SGD (the lanes' pure
+    form, runtimes/batched/optim.py) on the one batch."""
 
-    lr: float
-    momentum: float = 0.0
-    weight_decay: float = 0.0
     steps: int = 1
 
 
@@ -71,9 +69,9 @@ def simulated_update(obs: Observed, x: torch.Tensor, y: torch.Tensor) -> dict[st
     model = obs.model.train()
     start = {k: p.detach().requires_grad_(True) for k, p in model.named_parameters() if p.requires_grad}
     buffers = {k: b.detach().clone() for k, b in model.named_buffers()}
-    sgd = SGD(obs.sgd.lr, obs.sgd.momentum, weight_decay=obs.sgd.weight_decay)  # the lanes' pure torch SGD
+    sgd = obs.sgd
     params, opt_state = start, sgd.init(start)
-    for _ in range(obs.sgd.steps):
+    for _ in range(sgd.steps):
         logits = restrict_logits(functional_call(model, {**buffers, **params}, (x,)), obs.classes)
         grads = torch.autograd.grad(F.cross_entropy(logits, y), list(params.values()), create_graph=True)
         params, opt_state = sgd.update(params, dict(zip(params, grads, strict=True)), opt_state)

@@ -60,7 +60,7 @@ def local_sgd(run: AttackedRun, batch: int, steps: int) -> tuple[TrainConfig, Lo
     if train.optimizer != "sgd":
         raise FedhetError(f"the inversion attack simulates local SGD, but this run trains with train.optimizer="
                           f"{train.optimizer}; attack a run trained with sgd")
-    sgd = LocalSGD(train.lr, train.momentum, train.weight_decay, steps)
+    sgd = LocalSGD(train.lr, train.momentum, weight_decay=train.weight_decay, steps=steps)
     return dataclasses.replace(train, batch_size=batch, local_steps=steps, local_epochs=1), sgd
 
 
